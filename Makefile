@@ -1,0 +1,49 @@
+# Portcullis: `make run` serves the quickstart, `make test` runs everything.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONFIG := examples/quickstart/config.yaml
+
+.PHONY: install install-dev run test lint policy-test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/portcullis serve --config $(CONFIG) --demo-key demo/alice
+
+lint: install-dev
+	$(BIN)/ruff check .
+
+policy-test: install
+	$(BIN)/portcullis policy test policies policy-tests
+
+# PostgreSQL and Redis: $DATABASE_URL / $REDIS_URL when set, else the local servers on
+# their standard ports, else throwaway servers that are stopped afterwards.
+test: install-dev
+	@eval "$$($(BIN)/python scripts/test_services.py start)" || exit 1; \
+	status=0; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/portcullis policy test policies policy-tests || status=1; \
+	$(BIN)/python -m pytest $(PYTEST_ARGS) || status=1; \
+	$(BIN)/python scripts/test_services.py stop; \
+	exit $$status
+
+bench: install-dev
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .portcullis .pytest_cache .ruff_cache

@@ -1,0 +1,174 @@
+"""Assembly: configuration, bundle, store, providers and audit log wired into one
+Starlette application, served by uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from portcullis.adapters.audit_log import AuditLog
+from portcullis.adapters.auth import Authenticator
+from portcullis.adapters.bundles import BundleManager, load_bundle
+from portcullis.adapters.config import Config
+from portcullis.adapters.gateway import Costing, Gateway, client_address
+from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.providers import Provider, build_provider
+from portcullis.adapters.store import Store, open_store
+from portcullis.engine.errors import GatewayError
+
+log = logging.getLogger("portcullis")
+
+
+def today() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()
+
+
+@dataclass
+class Runtime:
+    config: Config
+    bundles: BundleManager
+    store: Store
+    providers: dict[str, Provider]
+    audit: AuditLog
+    gateway: Gateway
+    authenticator: Authenticator
+
+    async def close(self) -> None:
+        for provider in self.providers.values():
+            await provider.close()
+        await self.store.close()
+        self.audit.close()
+
+
+async def build_runtime(config: Config) -> Runtime:
+    """Everything the gateway needs, checked before it accepts a connection: a bad
+    bundle, a missing secret or an unreachable store stops start-up with a clear error."""
+    providers = {name: build_provider(provider) for name, provider in config.providers.items()}
+    active = load_bundle(config, providers.keys(), today())
+    store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
+    audit = AuditLog(config.audit_path)
+    bundles = BundleManager(config, providers.keys(), active, today)
+    authenticator = Authenticator(store, config.key_cache_seconds)
+    gateway = Gateway(bundles, authenticator, providers, audit, [Costing(today)], config.max_request_bytes, config.max_attempts)
+    return Runtime(config, bundles, store, providers, audit, gateway, authenticator)
+
+
+def create_app(runtime: Runtime) -> Starlette:
+    gateway = runtime.gateway
+
+    async def messages(request: Request) -> Any:
+        return await gateway.handle(request, anthropic_messages)
+
+    async def chat_completions(request: Request) -> Any:
+        return await gateway.handle(request, openai_chat)
+
+    async def models(request: Request) -> Response:
+        # One document both SDKs accept: OpenAI's list shape plus Anthropic's fields.
+        protocol = anthropic_messages if "anthropic-version" in request.headers else openai_chat
+        try:
+            principal = await runtime.authenticator.authenticate(request.headers, client_address(request))
+        except GatewayError as error:
+            headers = {"retry-after": str(error.retry_after)} if error.retry_after is not None else None
+            return Response(protocol.error_body(error, "-"), error.kind.status, headers=headers, media_type="application/json")
+        bundle = runtime.bundles.active
+        ids = bundle.visible_models(principal.as_input())
+        data = [
+            {
+                "id": model,
+                "object": "model",
+                "type": "model",
+                "created": 0,
+                "created_at": "1970-01-01T00:00:00Z",
+                "owned_by": "portcullis",
+                "display_name": model,
+                "aliases": bundle.aliases_of(model),
+            }
+            for model in ids
+        ]
+        return JSONResponse({"object": "list", "data": data, "has_more": False, "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None})
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        bundle = runtime.bundles.active
+        return JSONResponse({"status": "ready", "bundle": {"revision": bundle.revision, "digest": bundle.digest}})
+
+    async def root(request: Request) -> Response:
+        return JSONResponse({"service": "portcullis"})  # coding agents probe HEAD / before their first call
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        return JSONResponse(
+            _error_document(error.status_code, "not_found_error" if error.status_code == 404 else "invalid_request_error", error.detail), error.status_code
+        )
+
+    async def unexpected(request: Request, error: Exception) -> Response:
+        log.error("unexpected %s while serving %s %s", type(error).__name__, request.method, request.url.path, exc_info=error)
+        return JSONResponse(_error_document(500, "api_error", "internal gateway error"), 500)
+
+    routes = [
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/", root, methods=["GET", "HEAD"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected})
+
+
+def _error_document(status: int, kind: str, message: str) -> dict[str, Any]:
+    # Readable by both SDK families: Anthropic's envelope, OpenAI's error object.
+    return {"type": "error", "error": {"type": kind, "message": message, "code": None, "param": None}}
+
+
+async def serve(config: Config, on_ready: Any = None) -> None:
+    runtime = await build_runtime(config)
+    app = create_app(runtime)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            proxy_headers=False,  # X-Forwarded-For is caller-supplied: auth throttling must see the real peer
+            host=config.host,
+            port=config.port,
+            loop="none",
+            http="httptools",
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=30,
+        )
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(runtime.bundles.reload("SIGHUP")))
+    watcher = asyncio.ensure_future(runtime.bundles.watch())
+    log.info(
+        "serving on http://%s:%d with bundle revision %r (%s), store %s",
+        config.host,
+        config.port,
+        runtime.bundles.active.revision,
+        runtime.bundles.active.digest[:12],
+        config.store.kind,
+    )
+    if on_ready is not None:
+        await on_ready(runtime)
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await runtime.close()

@@ -1,0 +1,322 @@
+"""The ``portcullis`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from portcullis.adapters.config import Config, ConfigError, load_config
+
+DEFAULT_CONFIG = "portcullis.yaml"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=os.environ.get("PORTCULLIS_LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        return int(args.run(args) or 0)
+    except ConfigError as error:
+        print(f"portcullis: configuration error: {error}", file=sys.stderr)
+        return 2
+    except _Failure as error:
+        print(f"portcullis: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+class _Failure(Exception):
+    """A command failed for a reason the user can act on."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="portcullis", description="Policy-as-code LLM gateway.")
+    commands = parser.add_subparsers(title="commands")
+
+    def with_config(command: argparse.ArgumentParser) -> None:
+        command.add_argument(
+            "--config",
+            "-c",
+            default=os.environ.get("PORTCULLIS_CONFIG", DEFAULT_CONFIG),
+            help="gateway configuration file (default: $PORTCULLIS_CONFIG or ./portcullis.yaml)",
+        )
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    with_config(serve)
+    serve.add_argument("--demo-key", metavar="TEAM[/USER]", help="create a key for TEAM (and USER) and print ready-to-run examples")
+    serve.set_defaults(run=_serve)
+
+    keys = commands.add_parser("keys", help="manage virtual keys").add_subparsers(title="key commands")
+    create = keys.add_parser("create", help="create a key; it is printed once and only its SHA-256 is kept")
+    with_config(create)
+    create.add_argument("--team", required=True)
+    create.add_argument("--user")
+    create.add_argument("--name", help="a label to recognise the key by")
+    create.set_defaults(run=_keys_create)
+    revoke = keys.add_parser("revoke", help="revoke a key by its id")
+    with_config(revoke)
+    revoke.add_argument("key_id")
+    revoke.set_defaults(run=_keys_revoke)
+    listing = keys.add_parser("list", help="list keys (ids and owners, never secrets)")
+    with_config(listing)
+    listing.set_defaults(run=_keys_list)
+
+    policy = commands.add_parser("policy", help="author, test and sign policy bundles").add_subparsers(title="policy commands")
+    test = policy.add_parser("test", help="run *_test.rego tests (test_* rules) the way `opa test` does")
+    test.add_argument("paths", nargs="+", type=Path, help="bundle directories or directories of tests")
+    test.add_argument("--verbose", "-v", action="store_true", help="print passing tests too")
+    test.set_defaults(run=_policy_test)
+    sign = policy.add_parser("sign", help="write .signatures.json into a bundle directory (OPA format)")
+    sign.add_argument("bundle", type=Path)
+    sign.add_argument("--signing-key", required=True, type=Path, help="PEM private key (RSA for RS256, P-256 for ES256)")
+    sign.add_argument("--signing-alg", default="RS256", choices=["RS256", "ES256"])
+    sign.add_argument("--key-id", default="default", help="the id the gateway's policy.public_keys knows the key by")
+    sign.add_argument("--scope", default="")
+    sign.set_defaults(run=_policy_sign)
+    build = policy.add_parser("build", help="pack a bundle directory into a .tar.gz")
+    build.add_argument("bundle", type=Path)
+    build.add_argument("--output", "-o", required=True, type=Path)
+    build.set_defaults(run=_policy_build)
+
+    audit = commands.add_parser("audit", help="audit log tools").add_subparsers(title="audit commands")
+    verify = audit.add_parser("verify", help="check the hash chain; exits non-zero at the first bad record")
+    verify.add_argument("path", type=Path)
+    verify.set_defaults(run=_audit_verify)
+
+    db = commands.add_parser("db", help="database schema").add_subparsers(title="database commands")
+    migrate = db.add_parser("migrate", help="apply pending migrations to the configured store")
+    with_config(migrate)
+    migrate.set_defaults(run=_db_migrate)
+    return parser
+
+
+# --- serve ---------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from portcullis.adapters.app import serve
+    from portcullis.adapters.audit_log import AuditLogError
+    from portcullis.adapters.store import StoreUnavailable
+    from portcullis.engine.bundle import BundleError
+
+    config = load_config(Path(args.config))
+    on_ready = None
+    if args.demo_key:
+        team, _, user = args.demo_key.partition("/")
+
+        async def on_ready(runtime: Any) -> None:
+            from portcullis.adapters.auth import create_key
+
+            record, key = await create_key(runtime.store, team, user or None, "quickstart")
+            print(_quickstart_text(config, key, record.key_id, runtime.bundles.active), flush=True)
+
+    try:
+        uvloop.run(serve(config, on_ready))
+    except BundleError as error:
+        raise _Failure(f"policy bundle {config.bundle_path} refused: {error}") from None
+    except (StoreUnavailable, AuditLogError) as error:
+        raise _Failure(str(error)) from None
+    return 0
+
+
+def _quickstart_text(config: Config, key: str, key_id: str, bundle: Any) -> str:
+    base = f"http://{config.host}:{config.port}"
+    models = list(bundle.catalog["models"])
+    claude = next((m for m in models if m.startswith("claude")), models[0])
+    other = next((m for m in models if m.startswith("gpt")), models[-1])
+    return f"""
+Portcullis is ready on {base} (bundle revision {bundle.revision!r}).
+
+  Virtual key ({key_id}), shown once:
+    export PORTCULLIS_KEY={key}
+
+  Anthropic Messages with curl:
+    curl -s {base}/v1/messages -H "x-api-key: $PORTCULLIS_KEY" -H "anthropic-version: 2023-06-01" \\
+      -H "content-type: application/json" \\
+      -d '{{"model": "{claude}", "max_tokens": 256, "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+  OpenAI Chat with curl:
+    curl -s {base}/v1/chat/completions -H "Authorization: Bearer $PORTCULLIS_KEY" \\
+      -H "content-type: application/json" \\
+      -d '{{"model": "{other}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+  Python SDKs:
+    anthropic.Anthropic(base_url="{base}", api_key=os.environ["PORTCULLIS_KEY"])
+    openai.OpenAI(base_url="{base}/v1", api_key=os.environ["PORTCULLIS_KEY"])
+
+  Claude Code:
+    ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=$PORTCULLIS_KEY claude
+"""
+
+
+# --- keys ----------------------------------------------------------------------------
+
+
+async def _with_store(config: Config, action: Any, migrate: bool = False) -> Any:
+    from portcullis.adapters.store import open_store
+
+    store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window, migrate=migrate)
+    try:
+        return await action(store)
+    finally:
+        await store.close()
+
+
+def _store_call(config: Config, action: Any, migrate: bool = False) -> Any:
+    from portcullis.adapters.store import StoreUnavailable
+
+    try:
+        return asyncio.run(_with_store(config, action, migrate))
+    except StoreUnavailable as error:
+        raise _Failure(str(error)) from None
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from portcullis.adapters.auth import create_key
+    from portcullis.adapters.bundles import load_bundle
+    from portcullis.engine.bundle import BundleError
+
+    config = load_config(Path(args.config))
+    try:
+        bundle = load_bundle(config, config.providers.keys(), dt.datetime.now(dt.UTC).date())
+        if args.team not in bundle.bundle.data["portcullis"]["tenants"]["teams"]:
+            print(
+                f"portcullis: warning: team {args.team!r} is not in bundle revision {bundle.revision!r}; the key will be refused until it is", file=sys.stderr
+            )
+    except BundleError as error:
+        print(f"portcullis: warning: could not check the team against the bundle ({error})", file=sys.stderr)
+    record, key = _store_call(config, lambda store: create_key(store, args.team, args.user, args.name))
+    print(f"key_id: {record.key_id}", file=sys.stderr)
+    print(f"team: {record.team}" + (f"  user: {record.user}" if record.user else ""), file=sys.stderr)
+    print("The key is shown only now; store it in a secret manager.", file=sys.stderr)
+    print(key)
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config))
+    revoked = _store_call(config, lambda store: store.keys.revoke_key(args.key_id, dt.datetime.now(dt.UTC)))
+    if not revoked:
+        raise _Failure(f"no active key with id {args.key_id!r}")
+    print(f"revoked {args.key_id}")
+    return 0
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config))
+    for record in _store_call(config, lambda store: store.keys.list_keys()):
+        state = f"revoked {record.revoked_at.isoformat()}" if record.revoked_at else "active"
+        print(f"{record.key_id}  team={record.team}  user={record.user or '-'}  name={record.name or '-'}  created={record.created_at.isoformat()}  {state}")
+    return 0
+
+
+def _db_migrate(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config))
+
+    async def applied(store: Any) -> list[str]:
+        return list(store.keys.applied_migrations)
+
+    names = _store_call(config, applied, migrate=True)
+    print(f"{config.store.kind} store schema is up to date" + (f" (applied {', '.join(names)})" if names else ""))
+    return 0
+
+
+# --- policy --------------------------------------------------------------------------
+
+
+def _policy_test(args: argparse.Namespace) -> int:
+    from portcullis.engine.bundle import BundleError, merge_data, read_bundle_files, split_sources
+    from portcullis.engine.policy_tests import run_policy_tests
+    from portcullis.engine.rego import PolicyError
+
+    modules: dict[str, str] = {}
+    data: dict[str, Any] = {}
+    try:
+        for path in args.paths:
+            files = {name: content for name, content in read_bundle_files(path).items() if name.endswith((".rego", ".json", ".yaml", ".yml"))}
+            found_modules, found_tests, found_data = split_sources(files)
+            modules.update({f"{path}/{name}": source for name, source in {**found_modules, **found_tests}.items()})
+            data = merge_data(data, found_data)
+        results = run_policy_tests(modules, data)
+    except (BundleError, PolicyError) as error:
+        raise _Failure(str(error)) from None
+    if not results:
+        raise _Failure("no tests found (test rules are named test_* in *.rego files)")
+    failed = [result for result in results if not result.passed]
+    current_file = None
+    for result in results:
+        if args.verbose or not result.passed:
+            if result.file != current_file:
+                current_file = result.file
+                print(f"{result.file}:")
+            print(f"  {result.path}: {'PASS' if result.passed else 'FAIL'} ({result.duration_us}µs)")
+            for line in result.output:
+                print(f"    {line}")
+    print("-" * 60)
+    print(f"PASS: {len(results) - len(failed)}/{len(results)}" + (f"\nFAIL: {len(failed)}/{len(results)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _policy_sign(args: argparse.Namespace) -> int:
+    from portcullis.engine.bundle import BundleError, read_bundle_files
+    from portcullis.engine.signing import SIGNATURES_FILE, SignatureError, sign_files
+
+    if not args.bundle.is_dir():
+        raise _Failure(f"{args.bundle} is not a bundle directory")
+    try:
+        files = {name: content for name, content in read_bundle_files(args.bundle).items() if name != SIGNATURES_FILE}
+        signatures = sign_files(files, args.signing_key.read_bytes(), args.signing_alg, args.key_id, args.scope)
+    except (BundleError, SignatureError, OSError, ValueError) as error:
+        raise _Failure(f"cannot sign {args.bundle}: {error}") from None
+    (args.bundle / SIGNATURES_FILE).write_bytes(signatures)
+    print(f"signed {len(files)} files of {args.bundle} with key {args.key_id!r} ({args.signing_alg})")
+    return 0
+
+
+def _policy_build(args: argparse.Namespace) -> int:
+    from portcullis.engine.bundle import BundleError, read_bundle_files, write_tarball
+
+    try:
+        args.output.write_bytes(write_tarball(read_bundle_files(args.bundle)))
+    except (BundleError, OSError) as error:
+        raise _Failure(f"cannot build {args.output}: {error}") from None
+    print(f"wrote {args.output}")
+    return 0
+
+
+# --- audit ---------------------------------------------------------------------------
+
+
+def _audit_verify(args: argparse.Namespace) -> int:
+    from portcullis.engine.audit_chain import verify
+
+    try:
+        with args.path.open("rb") as handle:
+            result = verify(handle)
+    except OSError as error:
+        raise _Failure(f"cannot read {args.path}: {error.strerror}") from None
+    if not result.ok:
+        print(f"{args.path}: line {result.bad_line}: {result.problem}")
+        print(f"the first {result.records} records are intact (last good seq {result.head.seq})")
+        return 1
+    print(f"{args.path}: {result.records} records, chain intact (head seq {result.head.seq}, hash {result.head.hash[:16]}…)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The gateway's configuration: one YAML file, validated against
+``schemas/config.schema.json`` before anything starts. Relative paths resolve
+against the file's directory; secrets appear only by reference."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from portcullis.engine import schemas
+from portcullis.engine.signing import VerificationKey
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the field at fault."""
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    name: str
+    type: str  # anthropic | openai | mock
+    base_url: str = ""
+    api_key_env: str | None = None
+    api_key_file: Path | None = None
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0
+    max_connections: int = 256
+
+    def api_key(self) -> str | None:
+        """The provider credential, read at the moment it is needed and never stored in config."""
+        if self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise ConfigError(f"providers.{self.name}: environment variable {self.api_key_env} is not set")
+            return value
+        if self.api_key_file:
+            try:
+                return self.api_key_file.read_text().strip()
+            except OSError as error:
+                raise ConfigError(f"providers.{self.name}: cannot read api_key_file ({error.strerror})") from None
+        return None
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    kind: str = "embedded"
+    path: Path = Path(".portcullis/portcullis.db")
+    database_url_env: str = "DATABASE_URL"
+    redis_url_env: str = "REDIS_URL"
+    redis_prefix: str = "portcullis:"
+
+    def url(self, env_name: str) -> str:
+        value = os.environ.get(env_name)
+        if not value:
+            raise ConfigError(f"store: environment variable {env_name} is not set (store.kind is shared)")
+        return value
+
+
+@dataclass(frozen=True)
+class Config:
+    source: Path
+    host: str
+    port: int
+    bundle_path: Path
+    public_keys: list[VerificationKey]
+    watch_interval: float
+    providers: dict[str, ProviderConfig]
+    store: StoreConfig
+    audit_path: Path
+    max_request_bytes: int
+    max_attempts: int
+    key_cache_seconds: float
+    max_auth_failures: int
+    auth_failure_window: int
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def load_config(path: Path) -> Config:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    try:
+        schemas.check("config", document)
+    except schemas.SchemaError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    return _build(path.resolve(), document)
+
+
+def _build(source: Path, document: dict[str, Any]) -> Config:
+    base = source.parent
+
+    def resolve(value: str) -> Path:
+        candidate = Path(value).expanduser()
+        return candidate if candidate.is_absolute() else base / candidate
+
+    names = [entry["name"] for entry in document["providers"]]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"{source}: providers: name {duplicates[0]!r} is used twice")
+    providers = {
+        entry["name"]: ProviderConfig(
+            name=entry["name"],
+            type=entry["type"],
+            base_url=entry.get("base_url", "").rstrip("/"),
+            api_key_env=entry.get("api_key_env"),
+            api_key_file=resolve(entry["api_key_file"]) if "api_key_file" in entry else None,
+            connect_timeout=entry.get("timeouts", {}).get("connect_seconds", 10.0),
+            read_timeout=entry.get("timeouts", {}).get("read_seconds", 300.0),
+            max_connections=entry.get("max_connections", 256),
+        )
+        for entry in document["providers"]
+    }
+    policy = document["policy"]
+    keys = []
+    for i, entry in enumerate(policy.get("public_keys", [])):
+        if "key" in entry:
+            pem = entry["key"].encode()
+        else:
+            try:
+                pem = resolve(entry["key_file"]).read_bytes()
+            except OSError as error:
+                raise ConfigError(f"{source}: policy.public_keys[{i}].key_file: {error.strerror}") from None
+        keys.append(VerificationKey(entry["id"], entry["algorithm"], pem, entry.get("scope", "")))
+    store = document.get("store", {})
+    listen = document.get("listen", {})
+    limits = document.get("limits", {})
+    auth = document.get("auth", {})
+    return Config(
+        source=source,
+        host=listen.get("host", "127.0.0.1"),
+        port=listen.get("port", 8080),
+        bundle_path=resolve(policy["bundle"]),
+        public_keys=keys,
+        watch_interval=policy.get("watch_interval_seconds", 2),
+        providers=providers,
+        store=StoreConfig(
+            kind=store.get("kind", "embedded"),
+            path=resolve(store.get("path", ".portcullis/portcullis.db")),
+            database_url_env=store.get("database_url_env", "DATABASE_URL"),
+            redis_url_env=store.get("redis_url_env", "REDIS_URL"),
+            redis_prefix=store.get("redis_prefix", "portcullis:"),
+        ),
+        audit_path=resolve(document.get("audit", {}).get("path", ".portcullis/audit.jsonl")),
+        max_request_bytes=limits.get("max_request_bytes", 16 * 1024 * 1024),
+        max_attempts=limits.get("max_attempts", 3),
+        key_cache_seconds=auth.get("key_cache_seconds", 5),
+        max_auth_failures=auth.get("max_failures", 20),
+        auth_failure_window=auth.get("failure_window_seconds", 60),
+        raw=document,
+    )

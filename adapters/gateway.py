@@ -1,0 +1,464 @@
+"""The request executor: it runs the pipeline of seed §2.2 for one request.
+
+    1 authenticate · 2 parse · 3–4 decide (route + re-authorise every candidate, in
+    Rego) · 5–6 admission steps (filters, reservations) · audit request_started ·
+    7 dispatch with failover until committed · 8 response guards · 9 relay ·
+    10–11 settlement steps (cost, ledger) · 12 audit the outcome
+
+Stages that later capabilities bring (PII filters, reservations, output guards)
+plug in as ``Step``s; the executor does not change shape for them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from portcullis.adapters.audit_log import AuditLog
+from portcullis.adapters.auth import Authenticator, Principal
+from portcullis.adapters.bundles import BundleManager
+from portcullis.adapters.protocols import ParsedRequest
+from portcullis.adapters.protocols.routes import Route, route
+from portcullis.adapters.protocols.sse import SSEError, SSEParser
+from portcullis.adapters.providers import Provider, UpstreamResponse, UpstreamUnreachable
+from portcullis.adapters.streaming import RelayedStream
+from portcullis.engine.activation import ActiveBundle
+from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.plan import DecisionPlan, Target, printable_model
+from portcullis.engine.pricing import Usage
+from portcullis.engine.rego import PolicyError
+
+log = logging.getLogger("portcullis.gateway")
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+FALLBACK_HEADER = "x-portcullis-model-fallback"
+# Statuses after which the same request may succeed elsewhere; nothing was committed.
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
+
+
+@dataclass
+class Exchange:
+    """One request's state as it moves through the stages."""
+
+    request_id: str
+    protocol: ModuleType
+    started: float
+    principal: Principal | None = None
+    request: ParsedRequest | None = None
+    bundle: ActiveBundle | None = None
+    plan: DecisionPlan | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    served: Target | None = None
+    usage: Usage = field(default_factory=Usage)
+    usage_complete: bool = False
+    cost_micro_usd: int | None = None
+    price_version: str | None = None
+
+
+class Step:
+    """A pipeline stage that is not the executor's own. ``admit`` runs before dispatch
+    (stages 5–6) and may refuse; ``settle`` runs once after the outcome is known
+    (stages 10–11), whatever it was, and must not raise."""
+
+    async def admit(self, exchange: Exchange) -> None:
+        return None
+
+    async def settle(self, exchange: Exchange) -> None:
+        return None
+
+
+class Costing(Step):
+    """Stage 10: price the usage the provider reported with the bundle's versioned
+    price for the served route, in integer micro-USD."""
+
+    def __init__(self, today: Callable[[], Any]) -> None:
+        self._today = today
+
+    async def settle(self, exchange: Exchange) -> None:
+        if exchange.served is None or exchange.bundle is None:
+            return
+        price = exchange.bundle.price_for(exchange.served, self._today())
+        exchange.cost_micro_usd = price.cost(exchange.usage)
+        exchange.price_version = price.effective_from.isoformat()
+
+
+class Gateway:
+    def __init__(
+        self,
+        bundles: BundleManager,
+        authenticator: Authenticator,
+        providers: dict[str, Provider],
+        audit: AuditLog,
+        steps: list[Step],
+        max_request_bytes: int,
+        max_attempts: int,
+    ) -> None:
+        self._bundles = bundles
+        self._auth = authenticator
+        self._providers = providers
+        self._audit = audit
+        self._steps = steps
+        self._max_request_bytes = max_request_bytes
+        self._max_attempts = max_attempts
+
+    # --- the pipeline ------------------------------------------------------------
+
+    async def handle(self, http: Request, protocol: ModuleType) -> Response | RelayedStream:
+        exchange = Exchange(new_request_id(), protocol, time.monotonic())
+        stage = "authenticate"
+        try:
+            exchange.principal = await self._auth.authenticate(http.headers, client_address(http))
+            stage = "parse"
+            raw = await read_body(http, self._max_request_bytes)
+            exchange.request = protocol.parse(raw, http.headers, http.scope["query_string"].decode("latin-1"))
+            stage = "decide"
+            exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile
+            exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request)
+            if not exchange.plan.allow:
+                raise exchange.plan.refusal()
+            stage = "admit"
+            for step in self._steps:
+                await step.admit(exchange)
+        except GatewayError as error:
+            self._record_refusal(exchange, stage, error)
+            return self._error(exchange, error)
+        self._audit.append("request_started", **self._started_record(exchange))
+        return await self._dispatch(exchange)
+
+    async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
+        """Stage 7: try authorised targets in order until one answers. Nothing has been
+        sent to the client yet, so a failure here may move on to the next target."""
+        assert exchange.plan is not None and exchange.request is not None
+        last_error = GatewayError(ErrorKind.UPSTREAM, "no target could serve the request")
+        for target in exchange.plan.targets[: self._max_attempts]:
+            provider = self._providers[target.provider]
+            pair = route(exchange.request.protocol, provider.protocol or exchange.request.protocol)
+            try:
+                body = pair.upstream_body(exchange.request, target)
+            except GatewayError as error:  # this target cannot express the request; another might
+                self._attempt(exchange, target, "unconvertible")
+                last_error = error
+                continue
+            headers = pair.upstream.upstream_headers(provider.credential(), exchange.request.forward_headers)
+            try:
+                upstream = await provider.send(pair.upstream.UPSTREAM_PATH, exchange.request.query, headers, body)
+            except UpstreamUnreachable as failure:
+                self._attempt(exchange, target, failure.reason)
+                last_error = _unreachable(failure)
+                continue
+            if upstream.status >= 400:
+                error = await _upstream_error(pair, upstream)
+                self._attempt(exchange, target, f"status_{upstream.status}", upstream.status)
+                if upstream.status in RETRYABLE_STATUS or upstream.status >= 500:
+                    last_error = error
+                    continue
+                return self._finish_failed(exchange, error)
+            try:
+                if exchange.request.stream:
+                    return await self._relay_stream(exchange, target, pair, upstream)
+                return await self._relay_body(exchange, target, pair, upstream)
+            except _TryNext as retry:
+                self._attempt(exchange, target, retry.reason)
+                last_error = retry.error
+        return self._finish_failed(exchange, last_error)
+
+    async def _relay_body(self, exchange: Exchange, target: Target, pair: Route, upstream: UpstreamResponse) -> Response:
+        try:
+            raw = await upstream.read(MAX_RESPONSE_BYTES)
+            document = json.loads(raw)
+        except UpstreamUnreachable as failure:
+            raise _TryNext(failure.reason, _unreachable(failure)) from None
+        except ValueError:
+            raise _TryNext("malformed_response", GatewayError(ErrorKind.UPSTREAM, "the provider returned a malformed response")) from None
+        finally:
+            upstream.release()
+        self._attempt(exchange, target, "ok", upstream.status)
+        exchange.served = target
+        exchange.usage = pair.upstream.usage_of(document)
+        exchange.usage_complete = True
+        try:
+            body = pair.client_body(raw, document, int(time.time()))
+        except GatewayError as error:
+            return self._finish_failed(exchange, error)
+        await self._settle(exchange)
+        self._audit.append("request_finished", **self._outcome_record(exchange, "ok"))
+        self._log(exchange, 200)
+        return Response(body, 200, headers=self._headers(exchange), media_type="application/json")
+
+    async def _relay_stream(self, exchange: Exchange, target: Target, pair: Route, upstream: UpstreamResponse) -> RelayedStream:
+        """Read up to the first event before committing: a provider that accepts the
+        stream and then fails at once (an ``error`` event first) is still a failover
+        case, because the client has seen nothing yet."""
+        parser = SSEParser()
+        meter = pair.upstream.StreamUsage()
+        first: list = []
+        chunks = upstream.chunks()
+        try:
+            while not first:
+                chunk = await anext(chunks, None)
+                if chunk is None:
+                    first = parser.close()
+                    if not first:
+                        raise _TryNext("empty_stream", GatewayError(ErrorKind.UPSTREAM, "the provider closed the stream without sending anything"))
+                    break
+                first = parser.feed(chunk)
+        except UpstreamUnreachable as failure:
+            await _abandon(upstream, chunks)
+            raise _TryNext(failure.reason, _unreachable(failure)) from None
+        except SSEError:
+            await _abandon(upstream, chunks)
+            raise _TryNext("malformed_stream", GatewayError(ErrorKind.UPSTREAM, "the provider sent a malformed stream")) from None
+        except _TryNext:
+            await _abandon(upstream, chunks)
+            raise
+        if pair.upstream.is_error_event(first[0]):
+            await _abandon(upstream, chunks)
+            raise _TryNext("error_event", GatewayError(ErrorKind.UPSTREAM, "the provider failed before streaming any output"))
+        self._attempt(exchange, target, "ok", upstream.status)
+        exchange.served = target
+        converter = pair.stream_converter(exchange.request, int(time.time()))
+        headers = {**self._headers(exchange), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+        return RelayedStream(200, headers, self._stream_body(exchange, pair, upstream, chunks, parser, meter, converter, first))
+
+    async def _stream_body(self, exchange, pair, upstream, chunks, parser, meter, converter, pending) -> AsyncGenerator[bytes, None]:
+        """Stage 9. Once the first byte is out the response is committed: from then on a
+        failure ends the stream with a protocol-correct error event, never a retry."""
+        outcome, error = "cancelled", None
+        try:
+            while True:
+                for event in pending:
+                    meter.feed(event)
+                    if pair.upstream.is_error_event(event):
+                        message = pair.upstream.upstream_error_message(event.json()) or "the provider reported an error"
+                        raise GatewayError(ErrorKind.UPSTREAM, f"the provider failed mid-stream: {_clip(message)}")
+                    for out in converter.feed(event):
+                        yield out
+                chunk = await anext(chunks, None)
+                if chunk is None:
+                    break
+                pending = parser.feed(chunk)
+            for event in parser.close():
+                meter.feed(event)
+                for out in converter.feed(event):
+                    yield out
+            if not meter.complete:
+                raise GatewayError(ErrorKind.UPSTREAM, "the provider ended the stream before it completed")
+            for out in converter.finish():
+                yield out
+            outcome = "ok"
+        except UpstreamUnreachable as failure:
+            outcome, error = "failed", GatewayError(ErrorKind.UPSTREAM, f"the provider connection failed mid-stream ({failure.reason})")
+            yield exchange.protocol.stream_error(error)
+        except (GatewayError, SSEError, ValueError) as failure:
+            error = failure if isinstance(failure, GatewayError) else GatewayError(ErrorKind.UPSTREAM, "the provider sent a malformed stream")
+            outcome = "failed"
+            yield exchange.protocol.stream_error(error)
+        finally:
+            await _abandon(upstream, chunks)
+            exchange.usage, exchange.usage_complete = meter.usage, meter.complete
+            await self._settle(exchange)
+            event = {"ok": "request_finished", "failed": "request_failed", "cancelled": "request_cancelled"}[outcome]
+            record = self._outcome_record(exchange, outcome)
+            if error is not None:
+                record["error"] = {"kind": error.kind.name.lower(), "code": error.code}
+            self._audit.append(event, **record)
+            self._log(exchange, 200, outcome)
+
+    # --- bookkeeping ---------------------------------------------------------------
+
+    async def _settle(self, exchange: Exchange) -> None:
+        for step in self._steps:
+            try:
+                await step.settle(exchange)
+            except Exception:  # settlement must never turn a served response into a failure
+                log.exception("request %s: settlement step %s failed", exchange.request_id, type(step).__name__)
+
+    def _attempt(self, exchange: Exchange, target: Target, outcome: str, status: int | None = None) -> None:
+        exchange.attempts.append({**target.describe(), "outcome": outcome, "status": status})
+
+    def _finish_failed(self, exchange: Exchange, error: GatewayError) -> Response:
+        self._audit.append("request_failed", **self._outcome_record(exchange, "failed"), error={"kind": error.kind.name.lower(), "code": error.code})
+        return self._error(exchange, error)
+
+    def _record_refusal(self, exchange: Exchange, stage: str, error: GatewayError) -> None:
+        if error.code == "auth_rate_limited":
+            return  # throttled clients would flood the log; the failures that led here are recorded
+        record: dict[str, Any] = {
+            "request_id": exchange.request_id,
+            "stage": stage,
+            "protocol": exchange.protocol.NAME,
+            "error": {"kind": error.kind.name.lower(), "code": error.code},
+        }
+        if exchange.principal is not None:
+            record["principal"] = exchange.principal.as_input()
+        if exchange.request is not None:
+            record["requested_model"] = printable_model(exchange.request.model)
+        if exchange.plan is not None and exchange.bundle is not None:
+            record["bundle"] = {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest}
+            record["decision"] = exchange.plan.audit_view()
+        self._audit.append("request_denied", **record)
+
+    def _started_record(self, exchange: Exchange) -> dict[str, Any]:
+        assert exchange.principal and exchange.request and exchange.plan and exchange.bundle
+        return {
+            "request_id": exchange.request_id,
+            "principal": exchange.principal.as_input(),
+            "protocol": exchange.request.protocol,
+            "stream": exchange.request.stream,
+            "requested_model": printable_model(exchange.request.model),
+            "model": exchange.plan.model,
+            "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
+            "decision": exchange.plan.audit_view(),
+        }
+
+    def _outcome_record(self, exchange: Exchange, outcome: str) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "request_id": exchange.request_id,
+            "outcome": outcome,
+            "attempts": exchange.attempts,
+            "duration_ms": round((time.monotonic() - exchange.started) * 1000, 3),
+        }
+        if exchange.served is not None:
+            record["served"] = exchange.served.describe()
+            record["usage"] = {**exchange.usage.as_dict(), "complete": exchange.usage_complete}
+            record["cost_micro_usd"] = exchange.cost_micro_usd
+            record["price_version"] = exchange.price_version
+            if exchange.plan is not None and exchange.served.canonical_model != exchange.plan.model:
+                record["model_substituted_from"] = exchange.plan.model
+        return record
+
+    def _headers(self, exchange: Exchange) -> dict[str, str]:
+        headers = {"x-portcullis-request-id": exchange.request_id, "request-id": exchange.request_id}
+        plan, served = exchange.plan, exchange.served
+        if plan is not None and served is not None and plan.model and served.canonical_model != plan.model:
+            headers[FALLBACK_HEADER] = plan.model
+        return headers
+
+    def _error(self, exchange: Exchange, error: GatewayError) -> Response:
+        headers = {"x-portcullis-request-id": exchange.request_id, "request-id": exchange.request_id}
+        if error.retry_after is not None:
+            headers["retry-after"] = str(error.retry_after)
+        self._log(exchange, error.kind.status, error.code or error.kind.name.lower())
+        return Response(exchange.protocol.error_body(error, exchange.request_id), error.kind.status, headers=headers, media_type="application/json")
+
+    def _log(self, exchange: Exchange, status: int, outcome: str = "ok") -> None:
+        served = exchange.served
+        log.info(
+            "%s %s status=%d outcome=%s team=%s model=%s served=%s duration_ms=%.1f",
+            exchange.request_id,
+            exchange.protocol.NAME,
+            status,
+            outcome,
+            exchange.principal.team if exchange.principal else "-",
+            exchange.plan.model if exchange.plan and exchange.plan.model else "-",
+            f"{served.provider}/{served.model}" if served else "-",
+            (time.monotonic() - exchange.started) * 1000,
+        )
+
+
+class _TryNext(Exception):
+    def __init__(self, reason: str, error: GatewayError) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest) -> DecisionPlan:
+    input_document = {
+        "principal": principal.as_input(),
+        "request": {
+            "protocol": request.protocol,
+            "model": request.model,
+            "stream": request.stream,
+            "max_tokens": request.max_tokens,
+            "requires": request.requires,
+        },
+    }
+    try:
+        return bundle.decide(input_document)
+    except PolicyError as error:  # a broken policy refuses; it never lets a request through
+        log.error("policy evaluation failed: %s", error)
+        raise GatewayError(ErrorKind.INTERNAL, "the gateway's policy could not decide this request", code="policy_error") from None
+
+
+async def read_body(http: Request, limit: int) -> bytes:
+    """Stage 2's bound: refuse a body over ``limit`` without buffering all of it."""
+    declared = http.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise GatewayError(ErrorKind.REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes")
+    chunks, size = [], 0
+    try:
+        async for chunk in http.stream():
+            size += len(chunk)
+            if size > limit:
+                raise GatewayError(ErrorKind.REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise GatewayError(ErrorKind.INVALID_REQUEST, "the client disconnected while sending the request") from None
+    return b"".join(chunks)
+
+
+def client_address(http: Request) -> str:
+    return http.client.host if http.client else "unknown"
+
+
+def new_request_id() -> str:
+    # Time-ordered, so audit records sort by arrival; random tail for uniqueness.
+    return f"req_{time.time_ns():x}{uuid.uuid4().hex[:12]}"
+
+
+async def _upstream_error(pair: Route, upstream: UpstreamResponse) -> GatewayError:
+    """A provider error as the client should see it. Provider-side credential and
+    routing problems are the operator's to fix and are not described to the client."""
+    try:
+        body = json.loads(await upstream.read(1024 * 1024))
+    except (UpstreamUnreachable, ValueError):
+        body = None
+    finally:
+        upstream.release()
+    status = upstream.status
+    retry_after = _retry_after(upstream.headers.get("retry-after"))
+    if status == 429:
+        return GatewayError(
+            ErrorKind.RATE_LIMITED, "the provider is rate limiting requests; try again later", code="upstream_rate_limited", retry_after=retry_after
+        )
+    if status in (401, 403, 404):
+        log.warning("provider refused the gateway's request with status %d; check the provider's credential and model IDs", status)
+        return GatewayError(ErrorKind.UPSTREAM, "the provider refused the gateway's request", code="upstream_refused")
+    if status >= 500 or status in RETRYABLE_STATUS:
+        return GatewayError(ErrorKind.UPSTREAM, f"the provider failed (status {status})", code="upstream_error")
+    message = pair.upstream.upstream_error_message(body) or f"the provider rejected the request (status {status})"
+    kind = ErrorKind.REQUEST_TOO_LARGE if status == 413 else ErrorKind.INVALID_REQUEST
+    return GatewayError(kind, f"provider: {_clip(message)}", code="upstream_invalid_request")
+
+
+async def _abandon(upstream: UpstreamResponse, chunks: AsyncGenerator[bytes, None]) -> None:
+    """Stop reading a provider response: closing it is what stops the generation."""
+    await chunks.aclose()
+    upstream.release()
+
+
+def _unreachable(failure: UpstreamUnreachable) -> GatewayError:
+    if failure.reason == "timeout":
+        return GatewayError(ErrorKind.TIMEOUT, "the provider did not answer in time", code="upstream_timeout")
+    return GatewayError(ErrorKind.UPSTREAM, "the provider could not be reached", code="upstream_unreachable")
+
+
+def _retry_after(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
+def _clip(message: str, limit: int = 500) -> str:
+    return message if len(message) <= limit else message[:limit] + "…"

@@ -1,0 +1,165 @@
+"""OpenAI Chat Completions (``POST /v1/chat/completions``), as ingress and as egress.
+As egress it serves any OpenAI-compatible server (OpenAI, vLLM, ...)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from portcullis.adapters.protocols import (
+    OPENAI_CHAT,
+    ParsedRequest,
+    invalid,
+    optional_bool,
+    optional_list,
+    optional_positive_int,
+    parse_json_object,
+    require_list,
+    require_string,
+)
+from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.pricing import Usage
+from portcullis.engine.rawjson import set_member
+
+NAME = OPENAI_CHAT
+UPSTREAM_PATH = "/chat/completions"  # appended to a base_url that ends in /v1, as OpenAI SDKs expect
+DONE = b"data: [DONE]\n\n"
+
+_ERROR_TYPES = {
+    ErrorKind.INVALID_REQUEST: ("invalid_request_error", None),
+    ErrorKind.AUTHENTICATION: ("authentication_error", "invalid_api_key"),
+    ErrorKind.PERMISSION: ("permission_error", None),
+    ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
+    ErrorKind.REQUEST_TOO_LARGE: ("invalid_request_error", "request_too_large"),
+    ErrorKind.RATE_LIMITED: ("rate_limit_error", "rate_limit_exceeded"),
+    ErrorKind.INTERNAL: ("server_error", None),
+    ErrorKind.UPSTREAM: ("server_error", None),
+    ErrorKind.UNAVAILABLE: ("server_error", None),
+    ErrorKind.TIMEOUT: ("server_error", "timeout"),
+}
+
+
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "") -> ParsedRequest:
+    body = parse_json_object(raw)
+    model = require_string(body, "model")
+    messages = require_list(body, "messages")
+    if not messages:
+        raise invalid("messages: must contain at least one message")
+    stream = optional_bool(body, "stream")
+    max_tokens = optional_positive_int(body, "max_completion_tokens") or optional_positive_int(body, "max_tokens")
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise invalid("stream_options: expected an object")
+    tools = optional_list(body, "tools")
+    requires = ["streaming"] if stream else []
+    if tools:
+        requires.append("tools")
+    if _has_images(messages):
+        requires.append("vision")
+    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires)
+
+
+def _has_images(messages: list[Any]) -> bool:
+    found = False
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise invalid(f"messages[{i}]: expected an object")
+        content = message.get("content")
+        if isinstance(content, list):
+            found = found or any(isinstance(part, dict) and part.get("type") == "image_url" for part in content)
+    return found
+
+
+def client_wants_usage(request: ParsedRequest) -> bool:
+    options = request.body.get("stream_options") or {}
+    return bool(options.get("include_usage"))
+
+
+# --- errors -----------------------------------------------------------------------
+
+
+def error_body(error: GatewayError, request_id: str) -> bytes:
+    return json.dumps({"error": _error_object(error)}).encode()
+
+
+def stream_error(error: GatewayError) -> bytes:
+    return encode({"error": _error_object(error)})
+
+
+def _error_object(error: GatewayError) -> dict[str, Any]:
+    kind, native_code = _ERROR_TYPES[error.kind]  # OpenAI's own code where it has one, so SDK users' checks work
+    return {"message": error.message, "type": kind, "param": None, "code": native_code or error.code}
+
+
+def upstream_error_message(body: Any) -> str | None:
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        message = body["error"].get("message")
+        return message if isinstance(message, str) else None
+    return None
+
+
+# --- egress -----------------------------------------------------------------------
+
+
+def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def passthrough_body(request: ParsedRequest, upstream_model: str) -> bytes:
+    """The client's own bytes, with the model swapped when the names differ and, for a
+    stream, usage requested (the gateway must price every stream; the extra usage
+    chunk is withheld from clients that did not ask for it)."""
+    raw = request.raw
+    if request.body.get("model") != upstream_model:
+        raw = set_member(raw, "model", upstream_model)
+    if request.stream and not client_wants_usage(request):
+        options = {**(request.body.get("stream_options") or {}), "include_usage": True}
+        raw = set_member(raw, "stream_options", options)
+    return raw
+
+
+def is_error_event(event: SSEEvent) -> bool:
+    if '"error"' not in event.data:
+        return False
+    try:
+        return isinstance(event.json().get("error"), dict)
+    except (ValueError, AttributeError):
+        return False
+
+
+def usage_of(completion: Mapping[str, Any]) -> Usage:
+    usage = completion.get("usage") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return Usage(input=prompt - cached, output=int(usage.get("completion_tokens") or 0), cache_read=cached)
+
+
+def is_usage_only_chunk(chunk: Mapping[str, Any]) -> bool:
+    return not chunk.get("choices") and chunk.get("usage") is not None
+
+
+class StreamUsage:
+    """Usage read off a Chat stream: the chunk that carries ``usage`` (sent last when
+    ``stream_options.include_usage`` is set); ``[DONE]`` marks a complete stream."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.complete = False
+
+    def feed(self, event: SSEEvent) -> None:
+        if event.data == "[DONE]":
+            self.complete = True
+            return
+        if '"usage"' not in event.data:
+            return
+        try:
+            chunk = event.json()
+        except ValueError:
+            return
+        if isinstance(chunk, dict) and chunk.get("usage"):
+            self.usage = usage_of(chunk)

@@ -1,0 +1,51 @@
+"""Upstream model providers. ``anthropic`` and ``openai`` (any OpenAI-compatible
+server, vLLM included) are reached over HTTP with aiohttp; ``mock`` answers in-process
+for offline quickstarts. The gateway attaches a provider's credential only when it
+dispatches, and never forwards the client's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
+
+from portcullis.adapters.config import ProviderConfig
+from portcullis.adapters.protocols import ANTHROPIC_MESSAGES, OPENAI_CHAT
+
+
+class UpstreamUnreachable(Exception):
+    """No response could be had: connection refused or reset, or a timeout."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason  # "connect" | "timeout" | "connection_lost"
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    headers: Mapping[str, str]
+
+    async def read(self, limit: int) -> bytes: ...
+    def chunks(self) -> AsyncIterator[bytes]: ...
+    def release(self) -> None: ...
+
+
+class Provider(Protocol):
+    name: str
+    protocol: str | None  # None: speaks whatever protocol the client does (mock)
+
+    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> UpstreamResponse: ...
+    def credential(self) -> str | None: ...
+    async def close(self) -> None: ...
+
+
+PROTOCOL_OF_TYPE = {"anthropic": ANTHROPIC_MESSAGES, "openai": OPENAI_CHAT, "mock": None}
+
+
+def build_provider(config: ProviderConfig) -> Provider:
+    if config.type == "mock":
+        from portcullis.adapters.providers.mock import MockProvider
+
+        return MockProvider(config.name)
+    from portcullis.adapters.providers.http import HttpProvider
+
+    return HttpProvider(config, PROTOCOL_OF_TYPE[config.type])

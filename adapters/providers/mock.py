@@ -1,0 +1,95 @@
+"""The built-in offline provider: answers in whichever protocol it is addressed in,
+streaming included, with plausible usage. For quickstarts and demos; tests use the
+faithful fake provider under tests/ instead."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols.sse import encode
+
+
+class MockResponse:
+    def __init__(self, status: int, content_type: str, parts: list[bytes]) -> None:
+        self.status = status
+        self.headers: Mapping[str, str] = {"content-type": content_type}
+        self._parts = parts
+
+    async def read(self, limit: int) -> bytes:
+        return b"".join(self._parts)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        for part in self._parts:
+            yield part
+
+    def release(self) -> None:
+        return None
+
+
+class MockProvider:
+    protocol = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def credential(self) -> str | None:
+        return None
+
+    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> MockResponse:
+        request = json.loads(body)
+        words = _reply(request).split(" ")
+        words = [w + " " for w in words[:-1]] + words[-1:]
+        input_tokens = max(1, len(body) // 4)
+        if path == anthropic_messages.UPSTREAM_PATH:
+            return _anthropic(request, words, input_tokens)
+        if path == openai_chat.UPSTREAM_PATH:
+            return _openai(request, words, input_tokens)
+        return MockResponse(404, "application/json", [b'{"error": {"message": "unknown path"}}'])
+
+    async def close(self) -> None:
+        return None
+
+
+def _reply(request: Mapping[str, Any]) -> str:
+    count = len(request.get("messages") or [])
+    return f"Hello from the Portcullis mock provider. You sent {count} message{'s' if count != 1 else ''} to {request.get('model')}."
+
+
+def _anthropic(request: Mapping[str, Any], words: list[str], input_tokens: int) -> MockResponse:
+    message_id = f"msg_mock_{uuid.uuid4().hex[:20]}"
+    usage = {"input_tokens": input_tokens, "output_tokens": len(words), "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    message = {"id": message_id, "type": "message", "role": "assistant", "model": request.get("model"), "stop_sequence": None}
+    if not request.get("stream"):
+        body = {**message, "content": [{"type": "text", "text": "".join(words)}], "stop_reason": "end_turn", "usage": usage}
+        return MockResponse(200, "application/json", [json.dumps(body).encode()])
+    events = [
+        encode({"type": "message_start", "message": {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}}, "message_start"),
+        encode({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start"),
+        *(encode({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}}, "content_block_delta") for w in words),
+        encode({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+        encode({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": len(words)}}, "message_delta"),
+        encode({"type": "message_stop"}, "message_stop"),
+    ]
+    return MockResponse(200, "text/event-stream", events)
+
+
+def _openai(request: Mapping[str, Any], words: list[str], input_tokens: int) -> MockResponse:
+    envelope = {"id": f"chatcmpl-mock{uuid.uuid4().hex[:20]}", "created": int(time.time()), "model": request.get("model")}
+    usage = {"prompt_tokens": input_tokens, "completion_tokens": len(words), "total_tokens": input_tokens + len(words)}
+    if not request.get("stream"):
+        choice = {"index": 0, "message": {"role": "assistant", "content": "".join(words), "refusal": None}, "finish_reason": "stop", "logprobs": None}
+        body = {**envelope, "object": "chat.completion", "choices": [choice], "usage": usage}
+        return MockResponse(200, "application/json", [json.dumps(body).encode()])
+    chunk = {**envelope, "object": "chat.completion.chunk"}
+    events = [encode({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})]
+    events += [encode({**chunk, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}) for w in words]
+    events.append(encode({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    if (request.get("stream_options") or {}).get("include_usage"):
+        events.append(encode({**chunk, "choices": [], "usage": usage}))
+    events.append(openai_chat.DONE)
+    return MockResponse(200, "text/event-stream", events)

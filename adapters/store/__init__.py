@@ -1,0 +1,81 @@
+"""State behind the gateway, chosen by ``store.kind``: ``embedded`` (one SQLite file and
+in-process counters, zero services) or ``shared`` (PostgreSQL for durable records,
+Redis for hot counters shared by every replica). Both offer the same interfaces."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from portcullis.adapters.config import StoreConfig
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached; callers fail closed."""
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    key_id: str
+    team: str
+    user: str | None
+    name: str | None
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+
+class KeyStore(Protocol):
+    async def find_by_hash(self, key_hash: str) -> KeyRecord | None: ...
+    async def create_key(self, record: KeyRecord, key_hash: str) -> None: ...
+    async def revoke_key(self, key_id: str, when: dt.datetime) -> bool: ...
+    async def list_keys(self) -> list[KeyRecord]: ...
+    async def close(self) -> None: ...
+
+
+class FailureCounter(Protocol):
+    """Counts failed authentications per client within a fixed window."""
+
+    async def retry_after(self, client: str) -> int | None:
+        """Seconds until ``client`` may try again, or None when it is not blocked."""
+        ...
+
+    async def record_failure(self, client: str) -> None: ...
+    async def close(self) -> None: ...
+
+
+@dataclass
+class Store:
+    keys: KeyStore
+    auth_failures: FailureCounter
+
+    async def close(self) -> None:
+        await self.keys.close()
+        await self.auth_failures.close()
+
+
+async def open_store(config: StoreConfig, max_failures: int, window: int, migrate: bool = False) -> Store:
+    """Open the configured store. Embedded stores migrate themselves; a shared schema is
+    migrated explicitly (``portcullis db migrate``) unless ``migrate`` is set."""
+    from portcullis.adapters.store.limiter import MemoryFailureCounter, RedisFailureCounter
+
+    if config.kind == "embedded":
+        from portcullis.adapters.store.sqlite import SqliteKeyStore
+
+        return Store(SqliteKeyStore.open(config.path), MemoryFailureCounter(max_failures, window))
+    from portcullis.adapters.store.postgres import PostgresKeyStore
+
+    keys = await PostgresKeyStore.open(config.url(config.database_url_env), migrate=migrate)
+    failures = RedisFailureCounter(config.url(config.redis_url_env), max_failures, window, config.redis_prefix)
+    return Store(keys, failures)
+
+
+def migration_files(dialect: str) -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every migration of a dialect, in order."""
+    found = []
+    for path in sorted((MIGRATIONS / dialect).glob("*.sql")):
+        found.append((int(path.name.split("_", 1)[0]), path.name, path.read_text()))
+    return found

@@ -1,0 +1,99 @@
+"""Shared store, durable side: PostgreSQL through psycopg 3 and a connection pool."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from portcullis.adapters.store import KeyRecord, StoreUnavailable, migration_files
+
+_MIGRATION_LOCK = 7_243_091_613  # pg_advisory_lock id: one migrator at a time across replicas
+
+
+class PostgresKeyStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+        self.applied_migrations: list[str] = []
+
+    @classmethod
+    async def open(cls, url: str, migrate: bool = False) -> PostgresKeyStore:
+        pool = AsyncConnectionPool(url, min_size=1, max_size=10, open=False, kwargs={"autocommit": True})
+        try:
+            await pool.open(wait=True, timeout=10)
+        except Exception as error:
+            await pool.close()
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {type(error).__name__}") from None
+        store = cls(pool)
+        if migrate:
+            store.applied_migrations = await store.migrate()
+        else:
+            await store._require_schema()
+        return store
+
+    async def migrate(self) -> list[str]:
+        async with self._pool.connection() as connection:
+            await connection.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+            try:
+                await connection.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations"
+                    " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                )
+                cursor = await connection.execute("SELECT version FROM schema_migrations")
+                done = {row[0] for row in await cursor.fetchall()}
+                applied = []
+                for version, name, sql in migration_files("postgres"):
+                    if version in done:
+                        continue
+                    async with connection.transaction():
+                        await connection.execute(sql)
+                        await connection.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+                    applied.append(name)
+                return applied
+            finally:
+                await connection.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+
+    async def _require_schema(self) -> None:
+        latest = migration_files("postgres")[-1][0]
+        try:
+            async with self._pool.connection() as connection:
+                cursor = await connection.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
+                row = await cursor.fetchone()
+        except psycopg.errors.UndefinedTable:
+            row = (0,)
+        if row is None or row[0] < latest:
+            raise StoreUnavailable("the PostgreSQL schema is not up to date: run `portcullis db migrate`")
+
+    async def find_by_hash(self, key_hash: str) -> KeyRecord | None:
+        row = await self._one("SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys WHERE key_hash = %s", (key_hash,))
+        return KeyRecord(*row) if row else None
+
+    async def create_key(self, record: KeyRecord, key_hash: str) -> None:
+        await self._one(
+            "INSERT INTO virtual_keys (key_id, key_hash, team, user_id, name, created_at) VALUES (%s, %s, %s, %s, %s, %s) RETURNING key_id",
+            (record.key_id, key_hash, record.team, record.user, record.name, record.created_at),
+        )
+
+    async def revoke_key(self, key_id: str, when: dt.datetime) -> bool:
+        row = await self._one("UPDATE virtual_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL RETURNING key_id", (when, key_id))
+        return row is not None
+
+    async def list_keys(self) -> list[KeyRecord]:
+        try:
+            async with self._pool.connection() as connection:
+                cursor = await connection.execute("SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys ORDER BY created_at")
+                return [KeyRecord(*row) for row in await cursor.fetchall()]
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def _one(self, sql: str, params: tuple) -> tuple | None:
+        try:
+            async with self._pool.connection(timeout=5) as connection:
+                cursor = await connection.execute(sql, params)
+                return await cursor.fetchone()
+        except (psycopg.OperationalError, TimeoutError) as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None

@@ -1,0 +1,45 @@
+"""An ASGI response for relayed streams that knows when the client has gone.
+
+The body is pumped in one task while another waits for ``http.disconnect``; when the
+client leaves first the pump is cancelled at whatever it awaits (usually the next
+upstream read), which closes the upstream connection and runs the relay's
+finalisation at once instead of whenever the next event would have arrived."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Mapping
+
+from starlette.types import Receive, Scope, Send
+
+
+class RelayedStream:
+    def __init__(self, status: int, headers: Mapping[str, str], body: AsyncGenerator[bytes, None]) -> None:
+        self.status = status
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pump = asyncio.ensure_future(self._pump(send))
+        gone = asyncio.ensure_future(_disconnected(receive))
+        await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not pump.done():
+            pump.cancel()
+        gone.cancel()
+        with contextlib.suppress(asyncio.CancelledError, OSError):
+            await pump
+
+    async def _pump(self, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+            async for chunk in self._body:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await self._body.aclose()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,78 @@
+"""A generated bundle of realistic shape for benchmarks: 50 teams, 500 users, 40 models.
+
+Models have one to three targets across regions and a quarter of them a fallback;
+teams grant a mix of globs and exact IDs, most with a region lock; about a third of
+users narrow their team's models or regions.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILIES = ["claude", "gpt", "glm", "llama"]
+REGIONS = ["us-east-1", "eu-west-1", "ap-northeast-2"]
+PROVIDERS = {"claude": "fake-anthropic", "gpt": "fake-openai", "glm": "fake-openai", "llama": "fake-openai"}
+
+
+def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: int = 7) -> tuple[dict[str, Any], dict[str, Any]]:
+    rng = random.Random(seed)
+    names = [f"{FAMILIES[i % 4]}-m{i}" for i in range(models)]
+    catalog: dict[str, Any] = {"aliases": {}, "models": {}, "prices": []}
+    for i, name in enumerate(names):
+        family = FAMILIES[i % 4]
+        targets = []
+        for j in range(rng.choice([1, 2, 2, 3])):
+            upstream = f"{name}-upstream"
+            targets.append(
+                {
+                    "provider": PROVIDERS[family],
+                    "model": upstream,
+                    "region": REGIONS[(i + j) % 3],
+                    "priority": j + 1,
+                    "context_window": 128000,
+                    "max_output_tokens": 8192,
+                    "capabilities": ["streaming", "tools"],
+                }
+            )
+        spec: dict[str, Any] = {"targets": targets}
+        if i % 4 == 0:
+            spec["fallbacks"] = [names[(i + 4) % models]]
+        catalog["models"][name] = spec
+        catalog["aliases"][f"{name}-latest"] = name
+        catalog["prices"].append(
+            {"provider": PROVIDERS[family], "model": f"{name}-upstream", "effective_from": "2025-01-01", "usd_per_mtok": {"input": "3", "output": "15"}}
+        )
+    tenants: dict[str, Any] = {"teams": {}}
+    for t in range(teams):
+        grants = ["claude-*", "gpt-*"] if t % 3 else ["*"]
+        team: dict[str, Any] = {"models": [*grants, f"glm-m{(t * 4 + 2) % models}"], "users": {}}
+        if t % 5:
+            team["regions"] = REGIONS[:2]
+        for u in range(users_per_team):
+            user: dict[str, Any] = {}
+            if u % 3 == 1:
+                user["models"] = ["claude-*"]
+            if u % 7 == 3:
+                user["regions"] = [REGIONS[0]]
+            team["users"][f"user{t}-{u}"] = user
+        tenants["teams"][f"team{t}"] = team
+    return tenants, catalog
+
+
+def write(directory: Path, revision: str = "bench-1") -> Path:
+    tenants, catalog = generate()
+    if directory.exists():
+        shutil.rmtree(directory)
+    for section, document in (("tenants", tenants), ("catalog", catalog)):
+        (directory / "portcullis" / section).mkdir(parents=True)
+        (directory / "portcullis" / section / "data.yaml").write_text(yaml.safe_dump(document))
+    for module in (ROOT / "policies" / "portcullis").glob("*.rego"):
+        shutil.copy(module, directory / "portcullis" / module.name)
+    (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
+    return directory

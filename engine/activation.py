@@ -1,0 +1,134 @@
+"""Turning a parsed bundle into one that may serve traffic.
+
+A bundle becomes active only after every check passes, in this order: its data
+matches the schema, its catalog is consistent with itself, the configured providers
+and the price table, its own ``*_test.rego`` tests pass, and its entry point returns
+well-formed plans. Anything else raises ``BundleError`` and the caller keeps serving
+the bundle it already has.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+from collections.abc import Collection, Mapping
+from functools import lru_cache
+from typing import Any
+
+from portcullis.engine import schemas
+from portcullis.engine.bundle import Bundle, BundleError, merge_data
+from portcullis.engine.catalog import catalog_problems
+from portcullis.engine.plan import DecisionPlan, Target
+from portcullis.engine.pricing import Price, PriceTable
+from portcullis.engine.rego import Policy, PolicyError
+
+DECISION_RULE = "data.portcullis.decision"
+VISIBLE_MODELS_RULE = "data.portcullis.visible_models"
+INDEX_RULE = "data.portcullis.compiled_index"
+PLAN_SAMPLES = 200
+
+
+DECISION_CACHE_SIZE = 8192
+
+
+class ActiveBundle:
+    def __init__(self, bundle: Bundle, policy: Policy, catalog: Mapping[str, Any], prices: PriceTable) -> None:
+        self.bundle = bundle
+        self.policy = policy
+        self.catalog = catalog
+        self.prices = prices
+        # A decision is a pure function of its input and this bundle, so equal inputs
+        # share one evaluation, unless a module reads the clock or randomness.
+        self.caches_decisions = policy.deterministic
+        self._decide = lru_cache(maxsize=DECISION_CACHE_SIZE)(self._evaluate) if self.caches_decisions else self._evaluate
+
+    @property
+    def revision(self) -> str:
+        return self.bundle.revision
+
+    @property
+    def digest(self) -> str:
+        return self.bundle.digest
+
+    def decide(self, input_document: Mapping[str, Any]) -> DecisionPlan:
+        """The decision plan for one request. A policy that returns no plan fails closed."""
+        return self._decide(json.dumps(input_document, separators=(",", ":")))
+
+    def _evaluate(self, input_json: str) -> DecisionPlan:
+        document = self.policy.evaluate(DECISION_RULE, json.loads(input_json))
+        if not isinstance(document, dict):
+            raise PolicyError(f"{DECISION_RULE} is undefined for this request")
+        try:
+            return DecisionPlan.from_policy(document)
+        except (KeyError, TypeError) as error:
+            raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
+
+    def visible_models(self, principal: Mapping[str, Any]) -> list[str]:
+        models = self.policy.evaluate(VISIBLE_MODELS_RULE, {"principal": principal})
+        return list(models or [])
+
+    def aliases_of(self, model: str) -> list[str]:
+        return sorted(alias for alias, target in self.catalog.get("aliases", {}).items() if target == model)
+
+    def price_for(self, target: Target, on: dt.date) -> Price:
+        price = self.prices.price_for(target.provider, target.model, target.region, on)
+        if price is None:  # activation proved every route priced; a date before the first version is the only way here
+            raise PolicyError(f"no price in effect for {target.provider}/{target.model} on {on}")
+        return price
+
+    def warm(self) -> None:
+        """Build this thread's evaluator now rather than on the first request."""
+        self.policy.evaluate(VISIBLE_MODELS_RULE, {"principal": {}})
+
+
+def activate(bundle: Bundle, providers: Collection[str], today: dt.date) -> ActiveBundle:
+    data = bundle.data.get("portcullis")
+    if not isinstance(data, dict):
+        raise BundleError("bundle has no data under data.portcullis (tenants and catalog)")
+    try:
+        schemas.check("bundle-data", data, where="data.portcullis")
+        prices = PriceTable(data["catalog"]["prices"])
+    except Exception as error:
+        raise BundleError(str(error)) from None
+    problems = catalog_problems(data["catalog"], providers, prices, today)
+    if problems:
+        raise BundleError("; ".join(problems))
+    try:
+        _run_own_tests(bundle)
+        policy = Policy(bundle.modules, bundle.data)
+        index = policy.evaluate(INDEX_RULE, {})
+        if index is not None:
+            policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))
+        _check_plans(policy, data)
+    except PolicyError as error:
+        raise BundleError(f"policy error: {error}") from None
+    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices)
+
+
+def _run_own_tests(bundle: Bundle) -> None:
+    if not bundle.tests:
+        return
+    policy = Policy({**bundle.modules, **bundle.tests}, bundle.data)
+    failed = [rule.path for rule in policy.test_rules() if not policy.run_test(rule)[0]]
+    if failed:
+        raise BundleError(f"the bundle's own policy tests fail: {', '.join(failed)}")
+
+
+def _check_plans(policy: Policy, data: Mapping[str, Any]) -> None:
+    """The entry point must return a schema-valid plan for every team and model name
+    (up to a sample), including ones it refuses, so a plan the adapters cannot read
+    never reaches traffic."""
+    teams = [*list(data["tenants"]["teams"]), "__unknown_team__"]
+    names = list(data["catalog"]["models"]) + list(data["catalog"].get("aliases", {})) + ["__unknown_model__"]
+    samples = [(teams[0], name) for name in names] + [(team, names[0]) for team in teams[1:]]
+    for team, name in itertools.islice(samples, PLAN_SAMPLES):
+        input_document = {
+            "principal": {"team": team, "user": None, "key_id": "activation-check"},
+            "request": {"protocol": "anthropic_messages", "model": name, "stream": False, "requires": []},
+        }
+        document = policy.evaluate(DECISION_RULE, input_document)
+        try:
+            schemas.check("decision-plan", document, where=DECISION_RULE)
+        except schemas.SchemaError as error:
+            raise PolicyError(f"{error} (team {team!r}, model {name!r})") from None

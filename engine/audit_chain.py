@@ -1,0 +1,79 @@
+"""Hash chaining for the audit log.
+
+Each record carries ``seq`` (1, 2, 3, …), ``prev`` (the previous record's hash) and
+``hash`` = SHA-256 of the record's canonical JSON without ``hash``. Altering a record
+breaks its hash; removing or reordering records breaks ``seq`` and ``prev``. A chain
+proves integrity relative to a trusted checkpoint only: truncating the tail needs an
+external anchor to detect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GENESIS = "0" * 64
+
+
+def canonical(record: Mapping[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical({k: v for k, v in record.items() if k != "hash"})).hexdigest()
+
+
+def seal(record: Mapping[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
+    """``record`` linked after the record whose hash is ``prev``: its JSON line (with
+    ``hash`` appended; key order does not matter to verification) and its hash."""
+    body = canonical({**record, "seq": seq, "prev": prev})
+    digest = hashlib.sha256(body).hexdigest()
+    return body[:-1] + b',"hash":"' + digest.encode() + b'"}\n', digest
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    records: int
+    head: ChainHead
+    bad_line: int | None = None
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.bad_line is None
+
+
+def verify(lines: Iterable[bytes]) -> Verification:
+    """Walk the chain; stop at the first record that does not fit it."""
+    head = ChainHead(0, GENESIS)
+    count = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            return Verification(count, head, number, "empty line inside the log")
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return Verification(count, head, number, "not a JSON record (damaged or partially written)")
+        if not isinstance(record, dict):
+            return Verification(count, head, number, "not a JSON object")
+        if record.get("hash") != record_hash(record):
+            return Verification(count, head, number, f"record seq {record.get('seq')} was altered (hash mismatch)")
+        if record.get("seq") != head.seq + 1 or record.get("prev") != head.hash:
+            return Verification(
+                count,
+                head,
+                number,
+                f"record seq {record.get('seq')} does not follow seq {head.seq}: a record was removed, reordered or inserted",
+            )
+        head = ChainHead(record["seq"], record["hash"])
+        count += 1
+    return Verification(count, head)

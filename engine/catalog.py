@@ -1,0 +1,41 @@
+"""Consistency checks a bundle's catalog must pass before it may serve traffic.
+
+JSON Schema checks each document's shape; these check what one document says about
+another: aliases and fallbacks point at models that exist, an alias never shadows a
+canonical ID, every target names a configured provider, and every route has a price
+in effect (a route without a price would settle at zero and silently disable
+budget control, seed §4.8).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from portcullis.engine.pricing import PriceTable
+
+
+def catalog_problems(catalog: Mapping[str, Any], providers: Collection[str], prices: PriceTable, today: dt.date) -> list[str]:
+    """Every inconsistency found, each naming the field at fault; empty when the catalog is sound."""
+    models: Mapping[str, Any] = catalog.get("models", {})
+    problems: list[str] = []
+    for alias, model in catalog.get("aliases", {}).items():
+        if alias in models:
+            problems.append(f"catalog.aliases.{alias}: shadows the canonical model of the same name")
+        if model not in models:
+            problems.append(f"catalog.aliases.{alias}: points at unknown model {model!r}")
+    for name, spec in models.items():
+        for fallback in spec.get("fallbacks", []):
+            if fallback == name or fallback not in models:
+                problems.append(f"catalog.models.{name}.fallbacks: {fallback!r} is not another known model")
+        for i, target in enumerate(spec.get("targets", [])):
+            where = f"catalog.models.{name}.targets[{i}]"
+            if target["provider"] not in providers:
+                problems.append(f"{where}.provider: {target['provider']!r} is not a configured provider")
+            if prices.price_for(target["provider"], target["model"], target.get("region"), today) is None:
+                problems.append(
+                    f"{where}: no price in effect for {target['provider']}/{target['model']}"
+                    f" in region {target.get('region')!r}; a route without a price is refused"
+                )
+    return problems

@@ -1,0 +1,38 @@
+"""Protocol-neutral errors. Each ingress protocol renders them in its own wire format,
+so the client always reads an error the way its SDK expects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class ErrorKind(Enum):
+    INVALID_REQUEST = 400
+    AUTHENTICATION = 401
+    PERMISSION = 403
+    NOT_FOUND = 404
+    REQUEST_TOO_LARGE = 413
+    RATE_LIMITED = 429
+    INTERNAL = 500
+    UPSTREAM = 502
+    UNAVAILABLE = 503
+    TIMEOUT = 504
+
+    @property
+    def status(self) -> int:
+        return self.value
+
+
+@dataclass
+class GatewayError(Exception):
+    """An error to return to the client. ``message`` must never carry prompt text,
+    keys or personal data: it is shown to the client and written to logs."""
+
+    kind: ErrorKind
+    message: str
+    code: str | None = None
+    retry_after: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind.name.lower()}: {self.message}"

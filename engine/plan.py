@@ -1,0 +1,107 @@
+"""The decision plan: the contract between the policy bundle and the adapters that
+execute it (schemas/decision-plan.schema.json). Python never widens what a plan
+allows; infrastructure signals only choose among the targets it authorised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from portcullis.engine.errors import ErrorKind, GatewayError
+
+
+@dataclass(frozen=True)
+class Target:
+    """One authorised place a request may be dispatched to."""
+
+    canonical_model: str
+    provider: str
+    model: str  # the provider's own model ID
+    region: str
+    priority: int
+    context_window: int
+    max_output_tokens: int
+    capabilities: tuple[str, ...]
+
+    @classmethod
+    def from_plan(cls, entry: Mapping[str, Any]) -> Target:
+        return cls(
+            canonical_model=entry["canonical_model"],
+            provider=entry["provider"],
+            model=entry["model"],
+            region=entry["region"],
+            priority=entry["priority"],
+            context_window=entry["context_window"],
+            max_output_tokens=entry["max_output_tokens"],
+            capabilities=tuple(entry.get("capabilities", ())),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": self.provider, "model": self.model, "region": self.region, "canonical_model": self.canonical_model}
+
+
+# How a refusal reads to the client: the policy names the reason, the gateway picks the status.
+_DENIAL_KINDS = {
+    "unknown_model": ErrorKind.NOT_FOUND,
+    "unknown_team": ErrorKind.PERMISSION,
+    "model_not_allowed": ErrorKind.PERMISSION,
+    "no_authorised_target": ErrorKind.PERMISSION,
+}
+
+
+@dataclass(frozen=True)
+class DecisionPlan:
+    allow: bool
+    reasons: tuple[Mapping[str, str], ...]
+    requested_model: str
+    model: str | None
+    targets: tuple[Target, ...]
+    rejected_targets: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def from_policy(cls, document: Mapping[str, Any]) -> DecisionPlan:
+        return cls(
+            allow=document["allow"],
+            reasons=tuple(document["reasons"]),
+            requested_model=document["requested_model"],
+            model=document.get("model"),
+            targets=tuple(Target.from_plan(entry) for entry in document["targets"]),
+            rejected_targets=tuple(document["rejected_targets"]),
+        )
+
+    def refusal(self) -> GatewayError:
+        """The client-facing error for a plan that does not allow the request."""
+        reason = self.reasons[0]
+        code = reason["code"]
+        kind = _DENIAL_KINDS.get(code, ErrorKind.PERMISSION)
+        if (
+            code == "no_authorised_target"
+            and self.rejected_targets
+            and all(reasons == ["capability_unsupported"] for reasons in (t["reasons"] for t in self.rejected_targets))
+        ):
+            return GatewayError(ErrorKind.INVALID_REQUEST, "the requested model does not support a feature this request uses", code="capability_unsupported")
+        message = reason["message"]
+        if code in ("unknown_model", "model_not_allowed"):
+            message = f"{message}: {printable_model(self.requested_model)}"
+        return GatewayError(kind, message, code=code)
+
+    def audit_view(self) -> dict[str, Any]:
+        """What the audit log keeps of a decision: reasons and where each candidate stood."""
+        return {
+            "allow": self.allow,
+            "reasons": [reason["code"] for reason in self.reasons],
+            "targets": [f"{t.provider}/{t.model}@{t.region}" for t in self.targets],
+            "rejected_targets": [
+                {"provider": t["provider"], "model": t["model"], "region": t["region"], "reasons": t["reasons"]} for t in self.rejected_targets
+            ],
+        }
+
+
+def printable_model(name: object) -> str:
+    """A model name safe to echo in errors and logs: clients can put anything in that field."""
+    text = name if isinstance(name, str) else ""
+    if 0 < len(text) <= 128 and all(ch.isalnum() or ch in "._:/@-" for ch in text):
+        return text
+    return "<unprintable model name>"

@@ -1,0 +1,128 @@
+"""The one module that talks to regorus, the embedded Rego evaluator.
+
+Traps this module absorbs so no caller has to know them:
+- a regorus ``Engine`` may only be used on the thread that built it, so every
+  thread gets its own engine, built lazily from the same immutable sources;
+- with ``RUST_BACKTRACE=1`` each Rego error captures a backtrace (~0.7 ms), so
+  library backtraces are switched off unless the operator asked for them;
+- Rego errors surface as ``RuntimeError``; they become ``PolicyError`` here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("RUST_LIB_BACKTRACE", "0")  # read by regorus when it captures an error
+
+import regorus  # imported after the environment above is set
+
+# Builtins whose value changes between two evaluations of the same input.
+_NON_DETERMINISTIC = re.compile(r"\b(time\.now_ns|rand\.|uuid\.rfc4122|http\.send|opa\.runtime|net\.lookup_ip_addr)")
+
+
+class PolicyError(Exception):
+    """A Rego module failed to parse or a query failed to evaluate."""
+
+
+@dataclass(frozen=True)
+class TestRule:
+    """A ``test_*`` rule of a Rego module: its query path and where it is defined."""
+
+    path: str
+    file: str
+
+
+class Policy:
+    """Rego modules plus a data document, evaluated on per-thread engines."""
+
+    def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
+        self._modules = dict(modules)
+        self._data = data
+        self._local = threading.local()
+        self._engine()  # parse now, so a broken module fails at load, not at first use
+
+    @property
+    def deterministic(self) -> bool:
+        """True when no module calls a builtin that reads the clock, randomness or the
+        network, so equal inputs always evaluate to equal values."""
+        return not any(_NON_DETERMINISTIC.search(source) for source in self._modules.values())
+
+    def evaluate(self, rule: str, input_document: Mapping[str, Any]) -> Any:
+        """The value of ``rule`` (e.g. ``data.portcullis.decision``); ``None`` if undefined."""
+        engine = self._engine()
+        try:
+            engine.set_input(input_document)
+            return engine.eval_rule(rule)
+        except RuntimeError as error:
+            raise PolicyError(str(error).strip()) from None
+
+    def test_rules(self) -> list[TestRule]:
+        """Every rule named ``test_*``, OPA's convention for policy unit tests."""
+        found: dict[str, TestRule] = {}
+        for module in json.loads(self._engine().get_ast_as_json()):
+            package = _ref_path(module["ast"]["package"]["refr"])
+            for rule in module["ast"].get("rules", []):
+                name = _rule_name(rule)
+                if name and name.startswith("test_"):
+                    path = f"data.{package}.{name}"
+                    found.setdefault(path, TestRule(path, module["source"]["file"]))
+        return list(found.values())
+
+    def run_test(self, rule: TestRule) -> tuple[bool, list[str]]:
+        """Evaluate one test rule: it passes only when it is defined and true."""
+        engine = self._engine()
+        engine.set_gather_prints(True)
+        try:
+            engine.set_input({})
+            value = engine.eval_rule(rule.path)
+            passed = value is True
+            detail: list[str] = []
+        except RuntimeError as error:
+            passed, detail = False, [str(error).strip()]
+        finally:
+            prints = list(engine.take_prints())
+            engine.set_gather_prints(False)
+        return passed, prints + detail
+
+    def _engine(self) -> Any:
+        engine = getattr(self._local, "engine", None)
+        if engine is None:
+            engine = regorus.Engine()
+            try:
+                for name, source in self._modules.items():
+                    engine.add_policy(name, source)
+                engine.add_data(self._data)
+            except RuntimeError as error:
+                raise PolicyError(str(error).strip()) from None
+            self._local.engine = engine
+        return engine
+
+
+def _ref_path(ref: Mapping[str, Any]) -> str:
+    return ".".join(_ref_parts(ref))
+
+
+def _ref_parts(ref: Mapping[str, Any]) -> Iterator[str]:
+    if "Var" in ref:
+        yield ref["Var"]["value"]
+    elif "RefDot" in ref:
+        yield from _ref_parts(ref["RefDot"]["refr"])
+        yield ref["RefDot"]["field"][1]
+
+
+def _rule_name(rule: Mapping[str, Any]) -> str | None:
+    spec = rule.get("Spec")
+    if not spec:
+        return None
+    head = next(iter(spec["head"].values()))
+    ref = head.get("refr")
+    if not ref:
+        return None
+    parts = list(_ref_parts(ref))
+    return parts[0] if parts else None

@@ -1,0 +1,372 @@
+"""Shared fixtures: real services, the fake provider, test bundles and gateway processes.
+
+Gateways run as real ``portcullis serve`` processes on free ports and are reached over
+real HTTP. PostgreSQL and Redis are the machine's own (``DATABASE_URL`` / ``REDIS_URL``,
+or the standard local ports); each test session works in its own database and Redis
+key prefix so runs never collide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import yaml
+
+from tests.fake_provider import FakeProvider, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICY_SOURCES = ROOT / "policies" / "portcullis"
+UPSTREAM_KEY = "sk-fake-upstream-key"
+
+TARGET_DEFAULTS = {"context_window": 200000, "max_output_tokens": 8192, "capabilities": ["streaming", "tools", "vision"]}
+
+
+def target(provider: str, model: str, region: str, priority: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"provider": provider, "model": model, "region": region, "priority": priority, **TARGET_DEFAULTS, **extra}
+
+
+# The catalog and tenants most tests use: two Anthropic providers in two regions, one
+# OpenAI-compatible provider, a fallback chain, and teams that exercise every grant.
+CATALOG: dict[str, Any] = {
+    "aliases": {"sonnet": "claude-sonnet-4-5", "haiku": "claude-haiku-4-5", "mini": "gpt-4o-mini"},
+    "models": {
+        "claude-sonnet-4-5": {
+            "targets": [
+                target("anthropic-us", "claude-sonnet-4-5-20250929", "us-east-1", 1),
+                target("anthropic-eu", "claude-sonnet-4-5-20250929", "eu-west-1", 2),
+            ],
+            "fallbacks": ["claude-haiku-4-5"],
+        },
+        "claude-haiku-4-5": {"targets": [target("anthropic-eu", "claude-haiku-4-5-20251001", "eu-west-1")]},
+        "claude-opus-4-1": {"targets": [target("anthropic-us", "claude-opus-4-1-20250805", "us-east-1")]},
+        "claude-sonnet-4-5-exact": {"targets": [target("anthropic-us", "claude-sonnet-4-5-exact", "us-east-1")]},
+        "gpt-4o-mini": {"targets": [target("openai-main", "gpt-4o-mini-2024-07-18", "us-east-1")]},
+        "gpt-4o-mini-exact": {"targets": [target("openai-main", "gpt-4o-mini-exact", "us-east-1")]},
+        "local-llama": {"targets": [target("openai-main", "meta-llama/Llama-3.1-8B-Instruct", "us-east-1", capabilities=["streaming"])]},
+    },
+    "prices": [
+        {
+            "provider": "anthropic-us",
+            "model": "claude-sonnet-4-5-20250929",
+            "effective_from": "2025-09-29",
+            "usd_per_mtok": {"input": "3", "output": "15", "cache_read": "0.30", "cache_write": "3.75"},
+        },
+        {
+            "provider": "anthropic-eu",
+            "model": "claude-sonnet-4-5-20250929",
+            "effective_from": "2025-09-29",
+            "usd_per_mtok": {"input": "3.30", "output": "16.50"},
+        },
+        {"provider": "anthropic-eu", "model": "claude-haiku-4-5-20251001", "effective_from": "2025-10-01", "usd_per_mtok": {"input": "1", "output": "5"}},
+        {"provider": "anthropic-us", "model": "claude-opus-4-1-20250805", "effective_from": "2025-08-05", "usd_per_mtok": {"input": "15", "output": "75"}},
+        {"provider": "anthropic-us", "model": "claude-sonnet-4-5-exact", "effective_from": "2025-09-29", "usd_per_mtok": {"input": "3", "output": "15"}},
+        {
+            "provider": "openai-main",
+            "model": "gpt-4o-mini-2024-07-18",
+            "effective_from": "2024-07-18",
+            "usd_per_mtok": {"input": "0.15", "output": "0.60", "cache_read": "0.075"},
+        },
+        {"provider": "openai-main", "model": "gpt-4o-mini-exact", "effective_from": "2024-07-18", "usd_per_mtok": {"input": "0.15", "output": "0.60"}},
+        {
+            "provider": "openai-main",
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "effective_from": "2025-01-01",
+            "usd_per_mtok": {"input": "0.05", "output": "0.10"},
+        },
+    ],
+}
+
+TENANTS: dict[str, Any] = {
+    "teams": {
+        "eng": {
+            "models": ["claude-*", "gpt-*", "local-*"],
+            "users": {"carol": {"models": ["claude-haiku-*"]}, "dave": {"regions": ["eu-west-1"]}},
+        },
+        "eu-team": {"models": ["claude-*"], "regions": ["eu-west-1"]},
+        "sonnet-only": {"models": ["claude-sonnet-4-5"]},
+    },
+}
+
+
+def write_bundle(
+    directory: Path, tenants: dict[str, Any] | None = None, catalog: dict[str, Any] | None = None, revision: str = "test-1", extra: dict[str, str] | None = None
+) -> Path:
+    """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    (directory / "portcullis" / "tenants").mkdir(parents=True)
+    (directory / "portcullis" / "catalog").mkdir(parents=True)
+    for module in POLICY_SOURCES.glob("*.rego"):
+        shutil.copy(module, directory / "portcullis" / module.name)
+    (directory / "portcullis" / "tenants" / "data.yaml").write_text(yaml.safe_dump(tenants or TENANTS))
+    (directory / "portcullis" / "catalog" / "data.yaml").write_text(yaml.safe_dump(catalog or CATALOG))
+    (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
+    for name, content in (extra or {}).items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(content)
+    return directory
+
+
+# --- real services ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Services:
+    admin_url: str
+    database_url: str  # this session's own, migrated database
+    redis_url: str
+    redis_prefix: str  # this session's own Redis keyspace
+
+    @contextlib.contextmanager
+    def scratch_database(self) -> Iterator[str]:
+        """An empty database of its own, dropped afterwards."""
+        name = f"portcullis_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield psycopg.conninfo.make_conninfo(self.admin_url, dbname=name)
+        finally:
+            with psycopg.connect(self.admin_url, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    from portcullis.adapters.store.postgres import PostgresKeyStore
+
+    admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    probe = Services(admin_url, "", redis_url, "")
+    with probe.scratch_database() as database_url:
+
+        async def migrate() -> None:
+            store = await PostgresKeyStore.open(database_url, migrate=True)
+            await store.close()
+
+        asyncio.run(migrate())
+        yield Services(admin_url, database_url, redis_url, f"portcullis-test-{uuid.uuid4().hex[:8]}:")
+
+
+# --- fake providers -----------------------------------------------------------------------
+
+
+@dataclass
+class Fakes:
+    anthropic_us: FakeProvider
+    anthropic_eu: FakeProvider
+    openai_main: FakeProvider
+
+    def all(self) -> list[FakeProvider]:
+        return [self.anthropic_us, self.anthropic_eu, self.openai_main]
+
+
+@pytest.fixture(scope="session")
+def session_fakes() -> Iterator[Fakes]:
+    fakes = Fakes(
+        FakeProvider(UPSTREAM_KEY, "anthropic-us").start(),
+        FakeProvider(UPSTREAM_KEY, "anthropic-eu").start(),
+        FakeProvider(UPSTREAM_KEY, "openai-main").start(),
+    )
+    yield fakes
+    for fake in fakes.all():
+        fake.stop()
+
+
+@pytest.fixture
+def fakes(session_fakes: Fakes) -> Fakes:
+    for fake in session_fakes.all():
+        fake.reset()
+    return session_fakes
+
+
+# --- gateway processes --------------------------------------------------------------------
+
+
+@dataclass
+class Gateway:
+    directory: Path
+    config_path: Path
+    process: subprocess.Popen | None = None
+    port: int = 0
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.directory / "audit.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "gateway.log"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def audit_records(self) -> list[dict[str, Any]]:
+        import json
+
+        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line.strip()]
+
+    def records_for(self, request_id: str) -> list[dict[str, Any]]:
+        return [r for r in self.audit_records() if r.get("request_id") == request_id]
+
+    def start(self, env: dict[str, str] | None = None) -> Gateway:
+        self.port = self.port or free_port()
+        config = yaml.safe_load(self.config_path.read_text())
+        config["listen"] = {"host": "127.0.0.1", "port": self.port}
+        self.config_path.write_text(yaml.safe_dump(config))
+        log = self.log_path.open("ab")
+        environment = {**os.environ, "FAKE_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "INFO", **(env or {})}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "portcullis.adapters.cli", "serve", "--config", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            cwd=self.directory,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.process.returncode}:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"gateway did not become ready:\n{self.logs()}")
+
+    def signal(self, signum: int = signal.SIGHUP) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def key(self, team: str, user: str | None = None, env: dict[str, str] | None = None) -> str:
+        label = f"{team}/{user or ''}"
+        if label not in self.keys:
+            self.keys[label] = create_key(self.config_path, team, user, env)
+        return self.keys[label]
+
+
+def create_key(config_path: Path, team: str, user: str | None = None, env: dict[str, str] | None = None) -> str:
+    """A key made the way an operator makes one: through the store, keeping only its hash."""
+    from portcullis.adapters.auth import create_key as make
+    from portcullis.adapters.config import load_config
+    from portcullis.adapters.store import open_store
+
+    async def run() -> str:
+        config = load_config(config_path)
+        store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window, migrate=True)
+        try:
+            return (await make(store, team, user, "test"))[1]
+        finally:
+            await store.close()
+
+    saved = {name: os.environ.get(name) for name in (env or {})}
+    os.environ.update(env or {})
+    try:
+        return asyncio.run(run())
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def gateway_config(directory: Path, fakes: Fakes, bundle: Path, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "policy": {"bundle": str(bundle), "watch_interval_seconds": 0.2},
+        "providers": [
+            {
+                "name": "anthropic-us",
+                "type": "anthropic",
+                "base_url": fakes.anthropic_us.url,
+                "api_key_env": "FAKE_UPSTREAM_KEY",
+                "timeouts": {"connect_seconds": 2, "read_seconds": 3},
+            },
+            {
+                "name": "anthropic-eu",
+                "type": "anthropic",
+                "base_url": fakes.anthropic_eu.url,
+                "api_key_env": "FAKE_UPSTREAM_KEY",
+                "timeouts": {"connect_seconds": 2, "read_seconds": 3},
+            },
+            {
+                "name": "openai-main",
+                "type": "openai",
+                "base_url": f"{fakes.openai_main.url}/v1",
+                "api_key_env": "FAKE_UPSTREAM_KEY",
+                "timeouts": {"connect_seconds": 2, "read_seconds": 3},
+            },
+        ],
+        "store": {"kind": "embedded", "path": str(directory / "state.db")},
+        "audit": {"path": str(directory / "audit.jsonl")},
+        "limits": {"max_request_bytes": 262144, "max_attempts": 3},
+        "auth": {"key_cache_seconds": 0, "max_failures": 50, "failure_window_seconds": 60},
+    }
+    for section, value in overrides.items():
+        config[section] = {**config.get(section, {}), **value} if isinstance(value, dict) else value
+    return config
+
+
+def new_gateway(directory: Path, fakes: Fakes, bundle: Path | None = None, **overrides: Any) -> Gateway:
+    directory.mkdir(parents=True, exist_ok=True)
+    bundle = bundle or write_bundle(directory / "bundle")
+    config_path = directory / "portcullis.yaml"
+    config_path.write_text(yaml.safe_dump(gateway_config(directory, fakes, bundle, **overrides)))
+    return Gateway(directory, config_path)
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes) -> Iterator[Gateway]:
+    """The shared gateway most tests talk to: embedded store, the standard bundle."""
+    running = new_gateway(tmp_path_factory.mktemp("gateway"), session_fakes).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def fresh_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Any]:
+    """A factory for a gateway of a test's own, stopped when the test ends."""
+    started: list[Gateway] = []
+
+    def make(bundle: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> Gateway:
+        running = new_gateway(tmp_path / f"gw{len(started)}", fakes, bundle, **overrides)
+        started.append(running)
+        return running.start(env)
+
+    yield make
+    for running in started:
+        running.stop()
+
+
+def deep_copy(value: Any) -> Any:
+    return copy.deepcopy(value)

@@ -1,0 +1,126 @@
+"""The hash-chained audit log: what it records, what it never records, and
+`portcullis audit verify` catching an altered, removed or reordered record."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from tests.conftest import UPSTREAM_KEY, Fakes, Gateway
+from tests.fake_provider import Fail
+
+SECRET_PROMPT = "my card is 4111 1111 1111 1111 and the launch code is ZEBRA-42"
+
+
+def verify(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "portcullis.adapters.cli", "audit", "verify", str(path)], capture_output=True, text=True)
+
+
+@pytest.fixture
+def busy_gateway(fresh_gateway, fakes: Fakes) -> Gateway:
+    gateway = fresh_gateway()
+    key = gateway.key("eng")
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    claude.messages.create(model="sonnet", max_tokens=8, messages=[{"role": "user", "content": SECRET_PROMPT}])
+    fakes.anthropic_us.script("claude-sonnet-4-5-20250929", Fail(529))
+    with claude.messages.stream(model="sonnet", max_tokens=8, system=SECRET_PROMPT, messages=[{"role": "user", "content": SECRET_PROMPT}]) as stream:
+        stream.get_final_message()
+    chat = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+    chat.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": SECRET_PROMPT}])
+    with pytest.raises(anthropic.PermissionDeniedError):
+        anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng", "carol"), max_retries=0).messages.create(
+            model="sonnet", max_tokens=8, messages=[{"role": "user", "content": SECRET_PROMPT}]
+        )
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=gateway.url, api_key="pk-" + "Z" * 43, max_retries=0).messages.create(model="sonnet", max_tokens=8, messages=[])
+    return gateway
+
+
+def test_records_link_start_to_outcome(busy_gateway: Gateway) -> None:
+    records = busy_gateway.audit_records()
+    started = [r for r in records if r["event"] == "request_started"]
+    assert len(started) == 3
+    for record in started:
+        outcome = [r for r in records if r.get("request_id") == record["request_id"] and r["event"] != "request_started"]
+        assert [r["event"] for r in outcome] == ["request_finished"]
+        assert outcome[0]["seq"] > record["seq"]
+        assert record["bundle"]["revision"] == "test-1" and len(record["bundle"]["digest"]) == 64
+        assert record["principal"]["team"] == "eng" and record["principal"]["key_id"].startswith("key_")
+    failover = next(r for r in records if r["event"] == "request_finished" and len(r["attempts"]) == 2)
+    assert failover["attempts"][0]["outcome"] == "status_529" and failover["cost_micro_usd"] == 660  # eu price: 100 × 3.30 + 20 × 16.50
+    denied = [r for r in records if r["event"] == "request_denied"]
+    assert {r["stage"] for r in denied} == {"decide", "authenticate"}
+    assert next(r for r in denied if r["stage"] == "decide")["decision"]["reasons"] == ["model_not_allowed"]
+
+
+def test_no_prompt_key_or_provider_secret_is_written_anywhere(busy_gateway: Gateway) -> None:
+    written = busy_gateway.audit_path.read_text() + busy_gateway.logs()
+    for secret in [SECRET_PROMPT, "4111 1111", "ZEBRA-42", UPSTREAM_KEY, "pk-" + "Z" * 43, *busy_gateway.keys.values()]:
+        assert secret not in written
+
+
+def test_intact_log_verifies(busy_gateway: Gateway) -> None:
+    result = verify(busy_gateway.audit_path)
+    assert result.returncode == 0, result.stdout
+    assert f"{len(busy_gateway.audit_records())} records, chain intact" in result.stdout
+
+
+def tampered(path: Path, tmp_path: Path, change) -> Path:
+    lines = path.read_text().splitlines(keepends=True)
+    copy = tmp_path / "tampered.jsonl"
+    copy.write_text("".join(change(lines)))
+    return copy
+
+
+def alter_cost(lines: list[str]) -> list[str]:
+    index = next(i for i, line in enumerate(lines) if '"cost_micro_usd"' in line)
+    record = json.loads(lines[index])
+    record["cost_micro_usd"] = 1
+    lines[index] = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (alter_cost, "was altered"),
+        (lambda lines: lines[:2] + lines[3:], "was removed, reordered or inserted"),
+        (lambda lines: [lines[1], lines[0], *lines[2:]], "was removed, reordered or inserted"),
+        (lambda lines: [*lines, '{"partial": '], "not a JSON record"),
+    ],
+    ids=["altered", "removed", "reordered", "truncated-write"],
+)
+def test_tampering_is_detected_and_located(busy_gateway: Gateway, tmp_path: Path, change, problem: str) -> None:
+    result = verify(tampered(busy_gateway.audit_path, tmp_path, change))
+    assert result.returncode == 1
+    assert problem in result.stdout and "line " in result.stdout
+
+
+def test_chain_continues_across_restarts(fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway()
+    anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0).messages.create(
+        model="haiku", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+    )
+    gateway.stop()
+    gateway.start()
+    anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0).messages.create(
+        model="haiku", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+    )
+    records = gateway.audit_records()
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1)) and len(records) == 4
+    assert verify(gateway.audit_path).returncode == 0
+
+
+def test_a_damaged_log_stops_start_up(fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway()
+    gateway.stop()
+    with gateway.audit_path.open("a") as handle:
+        handle.write('{"seq": 1, "hash": "forged"}\n')
+    with pytest.raises(RuntimeError, match="altered record"):
+        gateway.start()

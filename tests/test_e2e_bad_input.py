@@ -1,0 +1,93 @@
+"""Bad input gets a clear 4xx in the client's own protocol format, never a 5xx."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import Fakes, Gateway
+
+ANTHROPIC = {"anthropic-version": "2023-06-01", "content-type": "application/json"}
+
+
+def anthropic_call(gateway: Gateway, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(f"{gateway.url}/v1/messages", content=body, headers={**ANTHROPIC, "x-api-key": gateway.key("eng"), **(headers or {})})
+
+
+def openai_call(gateway: Gateway, body: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{gateway.url}/v1/chat/completions", content=body, headers={"authorization": f"Bearer {gateway.key('eng')}", "content-type": "application/json"}
+    )
+
+
+CASES = [
+    (b"{not json", 400, "not valid JSON"),
+    (b"", 400, "empty"),
+    (b"[1, 2]", 400, "JSON object"),
+    (b"\xff\xfe{}", 400, "UTF-8"),
+    (b'{"max_tokens": 5, "messages": []}', 400, "model: field required"),
+    (b'{"model": 42, "max_tokens": 5, "messages": []}', 400, "model: expected a non-empty string"),
+    (b'{"model": "haiku", "max_tokens": "5", "messages": []}', 400, "max_tokens: expected a positive integer"),
+    (b'{"model": "haiku", "max_tokens": 5, "messages": {}}', 400, "messages: expected an array"),
+    (b'{"model": "haiku", "max_tokens": 5, "messages": [], "stream": "yes"}', 400, "stream: expected a boolean"),
+    (b'{"model": "haiku", "messages": []}', 400, "max_tokens: field required"),
+    (b'{"model": "no-such-model", "max_tokens": 5, "messages": []}', 404, "not served"),
+    (b'{"model": "no such model \\u0000 <script>", "max_tokens": 5, "messages": []}', 404, "<unprintable model name>"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "message"), CASES)
+def test_anthropic_bad_input(gateway: Gateway, fakes: Fakes, body: bytes, status: int, message: str) -> None:
+    response = anthropic_call(gateway, body)
+    assert response.status_code == status
+    document = response.json()
+    assert document["type"] == "error" and message in document["error"]["message"]
+    assert not any(fake.received for fake in fakes.all())
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model: field required"),
+        (b'{"model": "gpt-4o-mini", "messages": []}', 400, "at least one message"),
+        (b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}', 400, "max_tokens"),
+        (b'{"model": "gpt-4o-mini", "messages": ["x"]}', 400, "messages[0]: expected an object"),
+        (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "not served"),
+    ],
+)
+def test_openai_bad_input(gateway: Gateway, body: bytes, status: int, message: str) -> None:
+    response = openai_call(gateway, body)
+    assert response.status_code == status
+    assert message in response.json()["error"]["message"]
+
+
+def test_body_over_the_limit_is_413_declared_or_streamed(gateway: Gateway, fakes: Fakes) -> None:
+    big = b'{"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "' + b"x" * 300_000 + b'"}]}'
+    declared = anthropic_call(gateway, big)
+    assert declared.status_code == 413 and declared.json()["error"]["type"] == "request_too_large"
+
+    def chunks():
+        for start in range(0, len(big), 65536):
+            yield big[start : start + 65536]
+
+    streamed = httpx.post(f"{gateway.url}/v1/chat/completions", content=chunks(), headers={"authorization": f"Bearer {gateway.key('eng')}"})
+    assert streamed.status_code == 413 and "exceeds the limit" in streamed.json()["error"]["message"]
+    assert not any(fake.received for fake in fakes.all())
+
+
+def test_unknown_paths_and_methods_answer_in_json(gateway: Gateway) -> None:
+    missing = httpx.post(f"{gateway.url}/v1/nothing-here", json={})
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    wrong_method = httpx.get(f"{gateway.url}/v1/messages")
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+
+
+def test_upstream_validation_error_is_relayed_as_400(gateway: Gateway, fakes: Fakes) -> None:
+    # The gateway does not second-guess what the provider validates: the provider's
+    # own 400 comes back as a 400 in the client's format, and is not retried.
+    response = anthropic_call(gateway, b'{"model": "haiku", "max_tokens": 5}')
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "messages: field required"
+    response = anthropic_call(gateway, b'{"model": "haiku", "max_tokens": 5, "messages": []}', {"anthropic-version": ""})
+    assert response.status_code in (200, 400)
