@@ -22,7 +22,7 @@ from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config
-from portcullis.adapters.gateway import Costing, Gateway, client_address
+from portcullis.adapters.gateway import Costing, Gateway, client_address, new_request_id
 from portcullis.adapters.protocols import anthropic_messages, openai_chat
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.store import Store, open_store
@@ -81,7 +81,7 @@ def create_app(runtime: Runtime) -> Starlette:
             principal = await runtime.authenticator.authenticate(request.headers, client_address(request))
         except GatewayError as error:
             headers = {"retry-after": str(error.retry_after)} if error.retry_after is not None else None
-            return Response(protocol.error_body(error, "-"), error.kind.status, headers=headers, media_type="application/json")
+            return Response(protocol.error_body(error, new_request_id()), error.kind.status, headers=headers, media_type="application/json")
         bundle = runtime.bundles.active
         ids = bundle.visible_models(principal.as_input())
         data = [

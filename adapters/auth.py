@@ -65,21 +65,23 @@ class Authenticator:
         self._cache: dict[str, tuple[Principal, float]] = {}
 
     async def authenticate(self, headers: Mapping[str, str], client: str) -> Principal:
+        """The principal behind the presented key. A key verified within the last
+        ``cache_seconds`` needs no lookup; every lookup is throttled per client address."""
+        key = presented_key(headers)
+        digest = hash_key(key) if key else ""
+        cached = self._cache.get(digest)
+        if cached is not None and cached[1] > self._clock():
+            return cached[0]
         try:
             retry_after = await self._store.auth_failures.retry_after(client)
             if retry_after is not None:
                 raise GatewayError(
                     ErrorKind.RATE_LIMITED, "too many failed authentication attempts; try again later", code="auth_rate_limited", retry_after=retry_after
                 )
-            key = presented_key(headers)
             if key is None:
                 await self._fail(client, "missing API key: send it as x-api-key or Authorization: Bearer", "missing_api_key")
             if not key.startswith(KEY_PREFIX) or len(key) > _MAX_KEY_LENGTH:
                 await self._fail(client, "invalid API key", "invalid_api_key")
-            digest = hash_key(key)
-            cached = self._cache.get(digest)
-            if cached is not None and cached[1] > self._clock():
-                return cached[0]
             record = await self._store.keys.find_by_hash(digest)
             if record is None:
                 await self._fail(client, "invalid API key", "invalid_api_key")

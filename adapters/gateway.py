@@ -132,7 +132,11 @@ class Gateway:
             self._record_refusal(exchange, stage, error)
             return self._error(exchange, error)
         self._audit.append("request_started", **self._started_record(exchange))
-        return await self._dispatch(exchange)
+        try:
+            return await self._dispatch(exchange)
+        except Exception:  # a gateway bug: the started record still gets its outcome
+            log.exception("request %s: unexpected error during dispatch", exchange.request_id)
+            return self._finish_failed(exchange, GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error"))
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
         """Stage 7: try authorised targets in order until one answers. Nothing has been
@@ -261,6 +265,10 @@ class Gateway:
         except (GatewayError, SSEError, ValueError) as failure:
             error = failure if isinstance(failure, GatewayError) else GatewayError(ErrorKind.UPSTREAM, "the provider sent a malformed stream")
             outcome = "failed"
+            yield exchange.protocol.stream_error(error)
+        except Exception:  # a gateway bug mid-stream: end the stream cleanly, keep the record
+            log.exception("request %s: unexpected error while relaying the stream", exchange.request_id)
+            outcome, error = "failed", GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error")
             yield exchange.protocol.stream_error(error)
         finally:
             await _abandon(upstream, chunks)

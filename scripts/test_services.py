@@ -6,7 +6,8 @@
 Order of preference for each service: the URL already in the environment, the
 machine's own server on its standard port, then a throwaway server in a temporary
 directory (installing the Debian packages first when they are missing and apt-get
-is usable). Tests create their own database and Redis key prefix either way.
+is usable). PORTCULLIS_TEST_SERVICES=throwaway skips straight to the last. Tests
+create their own database and Redis key prefix either way.
 """
 
 from __future__ import annotations
@@ -65,10 +66,13 @@ def as_postgres(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
+THROWAWAY = os.environ.get("PORTCULLIS_TEST_SERVICES") == "throwaway"
+
+
 def start_redis(state: dict) -> str:
-    if os.environ.get("REDIS_URL"):
+    if os.environ.get("REDIS_URL") and not THROWAWAY:
         return os.environ["REDIS_URL"]
-    if reachable("127.0.0.1", 6379):
+    if reachable("127.0.0.1", 6379) and not THROWAWAY:
         return "redis://127.0.0.1:6379/0"
     if not which("redis-server"):
         apt_install("redis-server")
@@ -103,9 +107,9 @@ def start_redis(state: dict) -> str:
 
 
 def start_postgres(state: dict) -> str:
-    if os.environ.get("DATABASE_URL"):
+    if os.environ.get("DATABASE_URL") and not THROWAWAY:
         return os.environ["DATABASE_URL"]
-    if reachable("127.0.0.1", 5432):
+    if reachable("127.0.0.1", 5432) and not THROWAWAY:
         return "postgresql://postgres@127.0.0.1:5432/postgres"
     if not which("initdb") or not which("pg_ctl"):
         apt_install("postgresql")
