@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import anthropic
 import httpx
@@ -116,3 +117,34 @@ def test_claude_code_style_request_passes_through(gateway: Gateway, fakes: Fakes
     assert events[0] == "event: message_start" and events[-1] == "event: message_stop"
     assert fakes.anthropic_us.received[0].path == "/v1/messages?beta=true"
     assert "x-claude-code-session-id" not in fakes.anthropic_us.received[0].headers
+
+
+def test_nothing_of_the_provider_reaches_the_client(gateway: Gateway, fakes: Fakes) -> None:
+    response = httpx.post(
+        f"{gateway.url}/v1/messages",
+        json={"model": "haiku", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]},
+        headers={"x-api-key": gateway.key("eng"), "anthropic-version": "2023-06-01"},
+    )
+    assert response.status_code == 200
+    assert UPSTREAM_KEY not in str(response.headers) and UPSTREAM_KEY not in response.text
+    assert response.headers["request-id"] == response.headers["x-portcullis-request-id"]  # ours, not the provider's
+
+
+def test_client_disconnect_mid_stream_is_recorded_as_cancelled(gateway: Gateway, fakes: Fakes) -> None:
+    fakes.anthropic_us.script("claude-sonnet-4-5-20250929", Reply(text="a long answer that the client will not wait for", event_delay=0.5))
+    with httpx.stream(
+        "POST",
+        f"{gateway.url}/v1/messages",
+        json={"model": "sonnet", "max_tokens": 8, "stream": True, "messages": [{"role": "user", "content": "x"}]},
+        headers={"x-api-key": gateway.key("eng"), "anthropic-version": "2023-06-01"},
+    ) as response:
+        request_id = response.headers["x-portcullis-request-id"]
+        lines = response.iter_lines()
+        assert next(lines).startswith("event: message_start")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(gateway.records_for(request_id)) < 2:
+        time.sleep(0.05)
+    outcome = gateway.records_for(request_id)[-1]
+    assert outcome["event"] == "request_cancelled"
+    assert outcome["usage"]["input"] == 100 and outcome["usage"]["complete"] is False
+    assert outcome["duration_ms"] < 2000  # noticed at once, not when the slow provider finished

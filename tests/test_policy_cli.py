@@ -43,3 +43,16 @@ def test_no_tests_and_broken_modules_are_errors(tmp_path: Path) -> None:
     (tmp_path / "b_test.rego").write_text("package b\n\ntest_x if {\n")
     broken = policy_test(tmp_path)
     assert broken.returncode == 1 and "b_test.rego" in broken.stderr and "Traceback" not in broken.stderr
+
+
+def test_keys_create_warns_about_a_team_the_bundle_does_not_know(tmp_path: Path) -> None:
+    config = tmp_path / "portcullis.yaml"
+    config.write_text(f"policy: {{bundle: {ROOT / 'policies'}}}\nproviders: [{{name: mock, type: mock}}]\nstore: {{path: {tmp_path / 's.db'}}}\n")
+    created = subprocess.run(
+        [sys.executable, "-m", "portcullis.adapters.cli", "keys", "create", "--config", str(config), "--team", "ghost"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert created.returncode == 0
+    assert created.stdout.startswith("pk-") and "team 'ghost' is not in bundle revision" in created.stderr
