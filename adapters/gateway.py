@@ -26,14 +26,14 @@ from starlette.responses import Response
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator, Principal
 from portcullis.adapters.bundles import BundleManager
-from portcullis.adapters.protocols import ParsedRequest
+from portcullis.adapters.protocols import ParsedRequest, error_message
 from portcullis.adapters.protocols.routes import Route, route
 from portcullis.adapters.protocols.sse import SSEError, SSEParser
 from portcullis.adapters.providers import Provider, UpstreamResponse, UpstreamUnreachable
 from portcullis.adapters.streaming import RelayedStream
 from portcullis.engine.activation import ActiveBundle
-from portcullis.engine.errors import ErrorKind, GatewayError
-from portcullis.engine.plan import DecisionPlan, Target, printable_model
+from portcullis.engine.errors import ErrorKind, GatewayError, printable
+from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rego import PolicyError
 
@@ -41,8 +41,11 @@ log = logging.getLogger("portcullis.gateway")
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 FALLBACK_HEADER = "x-portcullis-model-fallback"
-# Statuses after which the same request may succeed elsewhere; nothing was committed.
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
+# Provider answers that say the request itself is wrong: another target would refuse
+# it too, so they go back to the client. Any other non-2xx (overload, rate limits,
+# timeouts, a target's expired credential or unknown model ID, a redirect) is about
+# that target, and the next authorised one is tried.
+CLIENT_ERROR_STATUS = frozenset({400, 413, 422})
 
 
 @dataclass
@@ -159,13 +162,13 @@ class Gateway:
                 self._attempt(exchange, target, failure.reason)
                 last_error = _unreachable(failure)
                 continue
-            if upstream.status >= 400:
-                error = await _upstream_error(pair, upstream)
+            if upstream.status >= 300:
+                error = await _upstream_error(upstream)
                 self._attempt(exchange, target, f"status_{upstream.status}", upstream.status)
-                if upstream.status in RETRYABLE_STATUS or upstream.status >= 500:
-                    last_error = error
-                    continue
-                return self._finish_failed(exchange, error)
+                if upstream.status in CLIENT_ERROR_STATUS:
+                    return self._finish_failed(exchange, error)
+                last_error = error
+                continue
             try:
                 if exchange.request.stream:
                     return await self._relay_stream(exchange, target, pair, upstream)
@@ -242,7 +245,7 @@ class Gateway:
                 for event in pending:
                     meter.feed(event)
                     if pair.upstream.is_error_event(event):
-                        message = pair.upstream.upstream_error_message(event.json()) or "the provider reported an error"
+                        message = error_message(event.json()) or "the provider reported an error"
                         raise GatewayError(ErrorKind.UPSTREAM, f"the provider failed mid-stream: {_clip(message)}")
                     for out in converter.feed(event):
                         yield out
@@ -309,7 +312,7 @@ class Gateway:
         if exchange.principal is not None:
             record["principal"] = exchange.principal.as_input()
         if exchange.request is not None:
-            record["requested_model"] = printable_model(exchange.request.model)
+            record["requested_model"] = printable(exchange.request.model)
         if exchange.plan is not None and exchange.bundle is not None:
             record["bundle"] = {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest}
             record["decision"] = exchange.plan.audit_view()
@@ -322,7 +325,7 @@ class Gateway:
             "principal": exchange.principal.as_input(),
             "protocol": exchange.request.protocol,
             "stream": exchange.request.stream,
-            "requested_model": printable_model(exchange.request.model),
+            "requested_model": printable(exchange.request.model),
             "model": exchange.plan.model,
             "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
             "decision": exchange.plan.audit_view(),
@@ -427,7 +430,7 @@ def new_request_id() -> str:
     return f"req_{time.time_ns():x}{uuid.uuid4().hex[:12]}"
 
 
-async def _upstream_error(pair: Route, upstream: UpstreamResponse) -> GatewayError:
+async def _upstream_error(upstream: UpstreamResponse) -> GatewayError:
     """A provider error as the client should see it. Provider-side credential and
     routing problems are the operator's to fix and are not described to the client."""
     try:
@@ -437,19 +440,19 @@ async def _upstream_error(pair: Route, upstream: UpstreamResponse) -> GatewayErr
     finally:
         upstream.release()
     status = upstream.status
-    retry_after = _retry_after(upstream.headers.get("retry-after"))
     if status == 429:
+        retry_after = _retry_after(upstream.headers.get("retry-after"))
         return GatewayError(
             ErrorKind.RATE_LIMITED, "the provider is rate limiting requests; try again later", code="upstream_rate_limited", retry_after=retry_after
         )
-    if status in (401, 403, 404):
-        log.warning("provider refused the gateway's request with status %d; check the provider's credential and model IDs", status)
-        return GatewayError(ErrorKind.UPSTREAM, "the provider refused the gateway's request", code="upstream_refused")
-    if status >= 500 or status in RETRYABLE_STATUS:
+    if status in CLIENT_ERROR_STATUS:
+        message = error_message(body) or f"the provider rejected the request (status {status})"
+        kind = ErrorKind.REQUEST_TOO_LARGE if status == 413 else ErrorKind.INVALID_REQUEST
+        return GatewayError(kind, f"provider: {_clip(message)}", code="upstream_invalid_request")
+    if status >= 500 or status == 408:
         return GatewayError(ErrorKind.UPSTREAM, f"the provider failed (status {status})", code="upstream_error")
-    message = pair.upstream.upstream_error_message(body) or f"the provider rejected the request (status {status})"
-    kind = ErrorKind.REQUEST_TOO_LARGE if status == 413 else ErrorKind.INVALID_REQUEST
-    return GatewayError(kind, f"provider: {_clip(message)}", code="upstream_invalid_request")
+    log.warning("provider refused the gateway's request with status %d; check the provider's credential, base_url and model IDs", status)
+    return GatewayError(ErrorKind.UPSTREAM, "the provider refused the gateway's request", code="upstream_refused")
 
 
 async def _abandon(upstream: UpstreamResponse, chunks: AsyncGenerator[bytes, None]) -> None:

@@ -56,7 +56,7 @@ class ActiveBundle:
         return self._decide(json.dumps(input_document, separators=(",", ":")))
 
     def _evaluate(self, input_json: str) -> DecisionPlan:
-        document = self.policy.evaluate(DECISION_RULE, json.loads(input_json))
+        document = self.policy.evaluate_json(DECISION_RULE, input_json)
         if not isinstance(document, dict):
             raise PolicyError(f"{DECISION_RULE} is undefined for this request")
         try:

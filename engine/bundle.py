@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from portcullis.engine.documents import load_yaml
 from portcullis.engine.signing import SIGNATURES_FILE, VerificationKey, file_digest, verify_files
 
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024
@@ -191,7 +192,7 @@ def _data_document(name: str, content: bytes) -> Any:
     try:
         if name.endswith(".json"):
             return json.loads(content)
-        return yaml.safe_load(content)
+        return load_yaml(content)
     except (ValueError, yaml.YAMLError) as error:
         raise BundleError(f"{name} is not valid {'JSON' if name.endswith('.json') else 'YAML'}: {error}") from None
 

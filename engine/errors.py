@@ -36,3 +36,12 @@ class GatewayError(Exception):
 
     def __str__(self) -> str:
         return f"{self.kind.name.lower()}: {self.message}"
+
+
+def printable(name: object) -> str:
+    """A client-chosen name (a model, a field) safe to echo in errors and logs: clients
+    can put anything, personal data included, where a name is expected."""
+    text = name if isinstance(name, str) else ""
+    if 0 < len(text) <= 128 and all(ch.isalnum() or ch in "._:/@-" for ch in text):
+        return text
+    return "<unprintable name>"

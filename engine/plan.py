@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.errors import ErrorKind, GatewayError, printable
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class DecisionPlan:
             return GatewayError(ErrorKind.INVALID_REQUEST, "the requested model does not support a feature this request uses", code="capability_unsupported")
         message = reason["message"]
         if code in ("unknown_model", "model_not_allowed"):
-            message = f"{message}: {printable_model(self.requested_model)}"
+            message = f"{message}: {printable(self.requested_model)}"
         return GatewayError(kind, message, code=code)
 
     def audit_view(self) -> dict[str, Any]:
@@ -97,11 +97,3 @@ class DecisionPlan:
                 {"provider": t["provider"], "model": t["model"], "region": t["region"], "reasons": t["reasons"]} for t in self.rejected_targets
             ],
         }
-
-
-def printable_model(name: object) -> str:
-    """A model name safe to echo in errors and logs: clients can put anything in that field."""
-    text = name if isinstance(name, str) else ""
-    if 0 < len(text) <= 128 and all(ch.isalnum() or ch in "._:/@-" for ch in text):
-        return text
-    return "<unprintable model name>"

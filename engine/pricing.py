@@ -45,7 +45,9 @@ class Price:
     micro_usd_per_mtok: Mapping[str, int]  # usage field -> micro-USD per million tokens
 
     def cost(self, usage: Usage) -> int:
-        numerator = sum(getattr(usage, name) * self.micro_usd_per_mtok.get(name, 0) for name in USAGE_FIELDS)
+        # A price that omits a cache rate charges cached tokens as plain input: never free.
+        input_rate = self.micro_usd_per_mtok["input"]
+        numerator = sum(getattr(usage, name) * self.micro_usd_per_mtok.get(name, input_rate) for name in USAGE_FIELDS)
         return -(-numerator // TOKENS_PER_PRICE_UNIT)  # ceiling division: explicit round-up
 
 

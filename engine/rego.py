@@ -55,9 +55,15 @@ class Policy:
 
     def evaluate(self, rule: str, input_document: Mapping[str, Any]) -> Any:
         """The value of ``rule`` (e.g. ``data.portcullis.decision``); ``None`` if undefined."""
+        return self.evaluate_json(rule, json.dumps(input_document))
+
+    def evaluate_json(self, rule: str, input_json: str) -> Any:
+        """Like ``evaluate`` with the input already as JSON. Input always crosses into
+        regorus as JSON text: it rejects what it cannot represent (a lone surrogate),
+        where handing over Python strings crashes the process."""
         engine = self._engine()
         try:
-            engine.set_input(input_document)
+            engine.set_input_json(input_json)
             return engine.eval_rule(rule)
         except RuntimeError as error:
             raise PolicyError(str(error).strip()) from None

@@ -25,6 +25,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     encode_dss_signature,
 )
 
+from portcullis.engine.documents import load_yaml
+
 SIGNATURES_FILE = ".signatures.json"
 ALGORITHMS = ("RS256", "ES256")
 HASH_ALGORITHM = "SHA-256"
@@ -56,7 +58,7 @@ def file_digest(name: str, content: bytes) -> str:
 
 def parse_structured(name: str, content: bytes) -> Any:
     if name.endswith((".yaml", ".yml")):
-        return yaml.safe_load(content)
+        return load_yaml(content)
     return json.loads(content, parse_float=_Number, parse_int=_Number, parse_constant=_Number)
 
 
@@ -72,11 +74,13 @@ def canonical_bytes(value: Any) -> bytes:
 
 def _encode(value: Any, out: list[str]) -> None:
     if isinstance(value, Mapping):
+        if not all(isinstance(key, str) for key in value):
+            raise ValueError("object keys must be strings")
         out.append("{")
         for i, key in enumerate(sorted(value)):
             if i:
                 out.append(",")
-            out.append(json.dumps(str(key), ensure_ascii=False))
+            out.append(json.dumps(key, ensure_ascii=False))
             out.append(":")
             _encode(value[key], out)
         out.append("}")
@@ -89,8 +93,10 @@ def _encode(value: Any, out: list[str]) -> None:
         out.append("]")
     elif isinstance(value, _Number):
         out.append(str(value))
+    elif value is None or isinstance(value, str | bool | int | float):
+        out.append(json.dumps(value, ensure_ascii=False))
     else:
-        out.append(json.dumps(value, ensure_ascii=False, default=str))
+        raise ValueError(f"{type(value).__name__} is not a JSON value")
 
 
 def sign_files(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import os
 import shutil
 import signal
@@ -114,8 +115,9 @@ def write_bundle(
     (directory / "portcullis" / "catalog").mkdir(parents=True)
     for module in POLICY_SOURCES.glob("*.rego"):
         shutil.copy(module, directory / "portcullis" / module.name)
-    (directory / "portcullis" / "tenants" / "data.yaml").write_text(yaml.safe_dump(tenants or TENANTS))
-    (directory / "portcullis" / "catalog" / "data.yaml").write_text(yaml.safe_dump(catalog or CATALOG))
+    # Through JSON first: bundles refuse YAML aliases, which PyYAML emits for shared objects.
+    (directory / "portcullis" / "tenants" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(tenants or TENANTS))))
+    (directory / "portcullis" / "catalog" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(catalog or CATALOG))))
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     for name, content in (extra or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)

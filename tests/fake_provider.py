@@ -80,7 +80,14 @@ class StreamError:
     error_type: str = "overloaded_error"
 
 
-Behaviour = Reply | Fail | Hang | CutStream | StreamError
+@dataclass(frozen=True)
+class Redirect:
+    """Answer 307 to another location (a misconfigured or hostile upstream)."""
+
+    location: str
+
+
+Behaviour = Reply | Fail | Hang | CutStream | StreamError | Redirect
 
 
 @dataclass
@@ -184,14 +191,11 @@ class FakeProvider:
             if name not in payload:
                 return _anthropic_error(400, f"{name}: Field required")
         behaviour = self._next(payload["model"])
+        if isinstance(behaviour, Redirect):
+            return Response(status_code=307, headers={"location": behaviour.location})
         if isinstance(behaviour, Fail):
             return _anthropic_error(behaviour.status, "Overloaded" if behaviour.status == 529 else "fake failure", behaviour.retry_after)
-        if isinstance(behaviour, Hang):
-            await asyncio.sleep(behaviour.seconds)
-            behaviour = Reply()
-        reply = behaviour if isinstance(behaviour, Reply) else Reply()
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
+        reply = await _reply(behaviour)
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if not payload.get("stream"):
             return _json(_anthropic_message(message_id, payload["model"], reply), {"request-id": f"req_{uuid.uuid4().hex[:20]}"})
@@ -214,18 +218,23 @@ class FakeProvider:
         behaviour = self._next(payload["model"])
         if isinstance(behaviour, Fail):
             return _openai_error(behaviour.status, "fake failure", retry_after=behaviour.retry_after)
-        if isinstance(behaviour, Hang):
-            await asyncio.sleep(behaviour.seconds)
-            behaviour = Reply()
-        reply = behaviour if isinstance(behaviour, Reply) else Reply()
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
+        reply = await _reply(behaviour)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if not payload.get("stream"):
             return _json(_openai_completion(completion_id, payload["model"], reply), {"x-request-id": uuid.uuid4().hex})
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         events = _openai_events(completion_id, payload["model"], reply, include_usage)
         return StreamingResponse(_paced(events, reply.event_delay, behaviour, _openai_error_event), media_type="text/event-stream")
+
+
+async def _reply(behaviour: Behaviour) -> Reply:
+    """Wait as the behaviour says, then the answer to send or stream."""
+    if isinstance(behaviour, Hang):
+        await asyncio.sleep(behaviour.seconds)
+    reply = behaviour if isinstance(behaviour, Reply) else Reply()
+    if reply.delay:
+        await asyncio.sleep(reply.delay)
+    return reply
 
 
 def _model_of(body: bytes) -> str | None:

@@ -108,3 +108,8 @@ def test_interleaved_tool_calls_cannot_be_expressed() -> None:
     [back] = SSEParser().feed(encode({"id": "c", "choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]}))
     with pytest.raises(GatewayError, match="interleaved"):
         converter.feed(back)
+
+
+def test_tool_error_flag_survives_as_text() -> None:
+    out = convert(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "boom", "is_error": True}]}])
+    assert out["messages"][0] == {"role": "tool", "tool_call_id": "t", "content": "[tool error] boom"}

@@ -94,3 +94,12 @@ def test_decisions_are_cached_only_for_deterministic_policies(tmp_path: Path) ->
     clocked = load(write_bundle(tmp_path / "clocked", extra={"portcullis/hours.rego": "package portcullis\n\nbusiness_hours if time.now_ns() > 0\n"}))
     assert not clocked.caches_decisions and clocked.decide(document) == clocked.decide(document)
     assert clocked.decide(document) is not clocked.decide(document)
+
+
+def test_yaml_aliases_are_refused_before_they_can_expand(tmp_path: Path) -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8)
+    )
+    bundle = write_bundle(tmp_path / "b", extra={"portcullis/bomb/data.yaml": bomb})
+    with pytest.raises(BundleError, match="aliases are not allowed"):
+        parse_bundle(read_bundle_files(bundle), [])

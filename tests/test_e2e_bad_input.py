@@ -32,7 +32,7 @@ CASES = [
     (b'{"model": "haiku", "max_tokens": 5, "messages": [], "stream": "yes"}', 400, "stream: expected a boolean"),
     (b'{"model": "haiku", "messages": []}', 400, "max_tokens: field required"),
     (b'{"model": "no-such-model", "max_tokens": 5, "messages": []}', 404, "not served"),
-    (b'{"model": "no such model \\u0000 <script>", "max_tokens": 5, "messages": []}', 404, "<unprintable model name>"),
+    (b'{"model": "no such model \\u0000 <script>", "max_tokens": 5, "messages": []}', 404, "<unprintable name>"),
 ]
 
 
@@ -91,3 +91,48 @@ def test_upstream_validation_error_is_relayed_as_400(gateway: Gateway, fakes: Fa
     assert response.json()["error"]["message"] == "messages: field required"
     response = anthropic_call(gateway, b'{"model": "haiku", "max_tokens": 5, "messages": []}', {"anthropic-version": ""})
     assert response.status_code in (200, 400)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"model": "\\ud800", "max_tokens": 5, "messages": []}', "unpaired UTF-16 surrogate"),
+        (b'{"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "\\udc00"}]}', "unpaired UTF-16 surrogate"),
+        (b'{"model": "haiku", "model": "claude-opus-4-1", "max_tokens": 5, "messages": []}', "duplicated member: model"),
+        (b'{"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "a", "content": "b"}]}', "duplicated member: content"),
+        (b'{"model": "haiku", "mod\\u0065l": "claude-opus-4-1", "max_tokens": 5, "messages": []}', "duplicated member: model"),
+        (b'{"model": "haiku", "max_tokens": 5, "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nesting too deep"),
+        (b'{"model": "haiku", "max_tokens": ' + b"9" * 5000 + b', "messages": []}', "number too long"),
+    ],
+)
+def test_hostile_bodies_are_refused_and_the_gateway_survives(gateway: Gateway, fakes: Fakes, body: bytes, message: str) -> None:
+    response = anthropic_call(gateway, body)
+    assert response.status_code == 400 and message in response.json()["error"]["message"]
+    assert not any(fake.received for fake in fakes.all())
+    assert httpx.get(f"{gateway.url}/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/v1/chat/completions", {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x"}], "stop": 5}, "stop: expected"),
+        (
+            "/v1/messages",
+            {"model": "gpt-4o-mini", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "stop_sequences": 7},
+            "stop_sequences: expected",
+        ),
+        ("/v1/messages", {"model": "gpt-4o-mini", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "metadata": "u1"}, "metadata: expected"),
+        (
+            "/v1/messages",
+            {"model": "gpt-4o-mini", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": 7}]}]},
+            "text: expected a string",
+        ),
+    ],
+)
+def test_wrong_types_in_converted_requests_are_400(gateway: Gateway, fakes: Fakes, path: str, body: dict, message: str) -> None:
+    headers = {"x-api-key": gateway.key("eng"), "anthropic-version": "2023-06-01"}
+    response = httpx.post(f"{gateway.url}{path}", json=body, headers=headers)
+    assert response.status_code == 400, response.text
+    document = response.json()
+    assert message in (document["error"]["message"])
+    assert not any(fake.received for fake in fakes.all())

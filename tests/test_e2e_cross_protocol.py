@@ -125,3 +125,13 @@ def test_what_cannot_be_converted_is_refused_clearly(chat: openai.OpenAI, messag
             model="gpt-4o-mini", max_tokens=10, messages=[{"role": "user", "content": "x"}], tools=[{"type": "web_search_20250305", "name": "web_search"}]
         )
     assert not fakes.anthropic_us.received and not fakes.openai_main.received
+
+
+def test_line_separators_inside_streamed_text_survive_conversion(messages: anthropic.Anthropic, chat: openai.OpenAI, fakes: Fakes) -> None:
+    text = "one\u2028two\u2029three\u0085four"
+    fakes.openai_main.script("gpt-4o-mini-2024-07-18", Reply(text=text))
+    with messages.messages.stream(model="gpt-4o-mini", max_tokens=50, messages=[{"role": "user", "content": "x"}]) as stream:
+        assert "".join(stream.text_stream) == text
+    fakes.anthropic_us.script("claude-sonnet-4-5-20250929", Reply(text=text))
+    chunks = chat.chat.completions.create(model="sonnet", messages=[{"role": "user", "content": "x"}], stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.conftest import Fakes, Gateway, gateway_config
-from tests.fake_provider import CutStream, Fail, Hang, StreamError, free_port
+from tests.fake_provider import CutStream, Fail, Hang, Redirect, StreamError, free_port
 
 SONNET_UPSTREAM = "claude-sonnet-4-5-20250929"
 HAIKU_UPSTREAM = "claude-haiku-4-5-20251001"
@@ -183,3 +183,18 @@ def test_attempts_are_bounded(fresh_gateway, fakes: Fakes) -> None:
     with pytest.raises(anthropic.APIStatusError):
         claude(gateway).messages.create(model="sonnet", max_tokens=8, messages=HI)
     assert not fakes.anthropic_eu.received
+
+
+def test_provider_refusing_the_gateway_fails_over(gateway: Gateway, fakes: Fakes) -> None:
+    fakes.anthropic_us.script(SONNET_UPSTREAM, Fail(401))  # an expired key on one target
+    response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
+    assert response.status_code == 200 and len(fakes.anthropic_eu.received) == 1
+
+
+def test_redirects_are_never_followed(gateway: Gateway, fakes: Fakes) -> None:
+    fakes.anthropic_us.script(SONNET_UPSTREAM, Redirect(f"{fakes.openai_main.url}/v1/messages"))
+    response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
+    assert response.status_code == 200
+    assert not fakes.openai_main.received  # neither the provider key nor the prompt went elsewhere
+    finished = next(r for r in gateway.records_for(response.headers["x-portcullis-request-id"]) if r["event"] == "request_finished")
+    assert [a["outcome"] for a in finished["attempts"]] == ["status_307", "ok"]

@@ -107,3 +107,8 @@ def test_stream_ignores_thinking_and_ends_with_done() -> None:
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "ok"
     assert chunks[-1]["usage"]["prompt_tokens"] == 3 and chunks[-1]["usage"]["completion_tokens"] == 2
     assert out.endswith(b"data: [DONE]\n\n")
+
+
+def test_context_window_stop_reads_as_length() -> None:
+    message = {"id": "m", "model": "m", "content": [{"type": "text", "text": "a"}], "stop_reason": "model_context_window_exceeded", "usage": {}}
+    assert translator.convert_response(message, created=1)["choices"][0]["finish_reason"] == "length"

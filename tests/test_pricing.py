@@ -43,3 +43,8 @@ def test_cost_sums_every_field_once_and_rounds_up_once() -> None:
     assert price.cost(Usage(input=1)) == 3
     assert price.cost(Usage(cache_read=1)) == 1  # 0.3 micro-USD is still charged, never rounded to zero
     assert price.cost(Usage()) == 0
+
+
+def test_an_omitted_cache_rate_charges_the_input_rate() -> None:
+    price = TABLE.price_for("p", "m", None, dt.date(2026, 2, 1))  # this version names no cache rates
+    assert price.cost(Usage(cache_read=1000, cache_write=1000)) == price.cost(Usage(input=2000)) == 4000

@@ -7,11 +7,12 @@ provider's answer. Conversions live in modules named after the pair they join
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.errors import ErrorKind, GatewayError, printable
 
 ANTHROPIC_MESSAGES = "anthropic_messages"
 OPENAI_CHAT = "openai_chat"
@@ -33,18 +34,50 @@ class ParsedRequest:
     query: str = ""
 
 
+class _DuplicateMember(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Parsers disagree on which duplicate wins; the gateway must judge exactly what
+    # the provider will read, so a body with a duplicated member is refused.
+    members: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in members:
+            raise _DuplicateMember(name)
+        members[name] = value
+    return members
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_unique_members)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object, or a 400 that says what is wrong (never where
+    the body's content is concerned: messages give positions, not text)."""
     if not raw.strip():
         raise invalid("request body is empty: expected a JSON object")
     try:
-        body = json.loads(raw.decode("utf-8"))  # decoded first: json.loads would guess UTF-16/32 from bytes
+        text = raw.decode("utf-8")  # decoded first: json.loads would guess UTF-16/32 from bytes
+        body = _decoder.decode(text)
     except UnicodeDecodeError:
         raise invalid("request body is not UTF-8") from None
-    except ValueError as error:
-        # The decoder's message gives position only, never content.
+    except _DuplicateMember as duplicate:
+        raise invalid(f"request body has a duplicated member: {printable(duplicate.name)}") from None
+    except json.JSONDecodeError as error:
         raise invalid(f"request body is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except (ValueError, RecursionError):
+        raise invalid("request body is not acceptable JSON (nesting too deep or a number too long)") from None
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise invalid("request body contains an unpaired UTF-16 surrogate escape") from None
     return body
 
 
@@ -95,3 +128,11 @@ def optional_list(body: Mapping[str, Any], name: str) -> list[Any]:
     if not isinstance(value, list):
         raise invalid(f"{name}: expected an array")
     return value
+
+
+def error_message(body: Any) -> str | None:
+    """The message of a provider error body; both protocols nest it as error.message."""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        message = body["error"].get("message")
+        return message if isinstance(message, str) else None
+    return None

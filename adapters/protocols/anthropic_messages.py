@@ -106,13 +106,6 @@ def stream_error(error: GatewayError) -> bytes:
     return encode({"type": "error", "error": {"type": _ERROR_TYPES[error.kind], "message": error.message}}, "error")
 
 
-def upstream_error_message(body: Any) -> str | None:
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        message = body["error"].get("message")
-        return message if isinstance(message, str) else None
-    return None
-
-
 # --- egress -----------------------------------------------------------------------
 
 

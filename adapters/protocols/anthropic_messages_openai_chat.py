@@ -1,11 +1,12 @@
 """An Anthropic Messages client served by an OpenAI-compatible Chat provider (OpenAI,
 vLLM, ...).
 
-Converts text, system blocks, images, custom tools, tool use and tool results.
-Prompt-cache markers have no Chat equivalent and are dropped (they change cost,
-not meaning), as are earlier turns' thinking blocks (a Chat model cannot read
-another model's signed reasoning). Everything else without a faithful equivalent
-is refused with a clear error."""
+Converts text, system blocks, images, custom tools, tool use and tool results (a
+result marked ``is_error`` becomes text starting ``[tool error]``). Prompt-cache
+markers have no Chat equivalent and are dropped (they change cost, not meaning), as
+are earlier turns' thinking blocks (a Chat model cannot read another model's signed
+reasoning). Everything else without a faithful equivalent is refused with a clear
+error."""
 
 from __future__ import annotations
 
@@ -41,12 +42,17 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
     for name in ("temperature", "top_p"):
         if body.get(name) is not None:
             out[name] = body[name]
-    if body.get("stop_sequences"):
-        out["stop"] = list(body["stop_sequences"])
+    stop = body.get("stop_sequences")
+    if stop:
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise invalid("stop_sequences: expected an array of strings")
+        out["stop"] = list(stop)
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
     metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise invalid("metadata: expected an object")
     if metadata.get("user_id"):
         out["user"] = str(metadata["user_id"])
     if body.get("tools"):
@@ -93,11 +99,13 @@ def _user_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
         at = f"{where}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
-            parts.append({"type": "text", "text": block.get("text", "")})
+            parts.append({"type": "text", "text": _text_of(block, at)})
         elif kind == "image":
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source"), at)}})
         elif kind == "tool_result":
             text = _tool_result_text(block.get("content"), at)
+            if block.get("is_error"):  # Chat has no error flag; the model reads it in the text
+                text = f"[tool error] {text}"
             results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text})
         else:
             raise invalid(f"{at}: block type {kind!r} cannot be converted for {TARGET}")
@@ -116,9 +124,16 @@ def _tool_result_text(content: Any, where: str) -> str:
         for k, block in enumerate(content):
             if not isinstance(block, dict) or block.get("type") != "text":
                 raise invalid(f"{where}.content[{k}]: only text tool results can be converted for {TARGET}")
-            texts.append(block.get("text", ""))
+            texts.append(_text_of(block, f"{where}.content[{k}]"))
         return "".join(texts)
     raise invalid(f"{where}.content: expected a string or an array of text blocks")
+
+
+def _text_of(block: Mapping[str, Any], where: str) -> str:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise invalid(f"{where}.text: expected a string")
+    return text
 
 
 def _image_url(source: Any, where: str) -> str:
@@ -135,7 +150,7 @@ def _assistant_turn(blocks: list[Any], where: str) -> dict[str, Any]:
     for j, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
-            texts.append(block.get("text", ""))
+            texts.append(_text_of(block, f"{where}.content[{j}]"))
         elif kind == "tool_use":
             arguments = json.dumps(block.get("input", {}), ensure_ascii=False)
             calls.append({"id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": arguments}})

@@ -93,13 +93,6 @@ def _error_object(error: GatewayError) -> dict[str, Any]:
     return {"message": error.message, "type": kind, "param": None, "code": native_code or error.code}
 
 
-def upstream_error_message(body: Any) -> str | None:
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        message = body["error"].get("message")
-        return message if isinstance(message, str) else None
-    return None
-
-
 # --- egress -----------------------------------------------------------------------
 
 

@@ -41,6 +41,7 @@ _FINISH_REASONS = {
     "tool_use": "tool_calls",
     "refusal": "content_filter",
     "pause_turn": "stop",
+    "model_context_window_exceeded": "length",
 }
 
 
@@ -67,6 +68,8 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
             out[name] = value
     stop = body.get("stop")
     if stop is not None:
+        if not isinstance(stop, str | list) or not all(isinstance(s, str) for s in (stop if isinstance(stop, list) else [stop])):
+            raise invalid("stop: expected a string or an array of strings")
         out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
     if body.get("stream"):
         out["stream"] = True

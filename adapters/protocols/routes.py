@@ -7,6 +7,7 @@ translator converts the request, the response and the stream."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
@@ -17,11 +18,14 @@ from portcullis.adapters.protocols import (
     ParsedRequest,
     anthropic_messages,
     anthropic_messages_openai_chat,
+    invalid,
     openai_chat,
     openai_chat_anthropic_messages,
 )
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.engine.plan import Target
+
+log = logging.getLogger("portcullis.protocols")
 
 PROTOCOLS: dict[str, ModuleType] = {ANTHROPIC_MESSAGES: anthropic_messages, OPENAI_CHAT: openai_chat}
 TRANSLATORS: dict[tuple[str, str], ModuleType] = {
@@ -64,7 +68,13 @@ class Route:
     def upstream_body(self, request: ParsedRequest, target: Target) -> bytes:
         if self.translator is None:
             return self.upstream.passthrough_body(request, target.model)
-        converted = self.translator.convert_request(request.body, target)
+        try:
+            converted = self.translator.convert_request(request.body, target)
+        except (TypeError, AttributeError, KeyError, ValueError) as error:
+            # The translators check the fields they convert; a shape they did not foresee
+            # is still the client's input, so it is a 400, not a gateway failure.
+            log.warning("request conversion to %s failed on an unexpected shape (%s)", self.upstream.NAME, type(error).__name__)
+            raise invalid(f"the request cannot be converted for this model's provider ({self.upstream.NAME})") from None
         return json.dumps(converted, ensure_ascii=False, separators=(",", ":")).encode()
 
     def client_body(self, raw: bytes, document: dict[str, Any], created: int) -> bytes:

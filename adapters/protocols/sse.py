@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_LINE_END = re.compile(r"\r\n|\r|\n")  # not str.splitlines(): U+2028 and U+0085 are legal inside JSON strings
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
@@ -56,7 +57,7 @@ class SSEParser:
 def _parse(block: bytes) -> SSEEvent | None:
     name: str | None = None
     data: list[str] = []
-    for line in block.decode("utf-8", errors="replace").splitlines():
+    for line in _LINE_END.split(block.decode("utf-8", errors="replace")):
         if not line or line.startswith(":"):
             continue
         field, _, value = line.partition(":")

@@ -63,7 +63,8 @@ class HttpProvider:
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> HttpResponse:
         url = f"{self._config.base_url}{path}" + (f"?{query}" if query else "")
         try:
-            response = await self._client().post(url, data=body, headers=headers)
+            # A redirect would carry the provider key and the prompt to another origin.
+            response = await self._client().post(url, data=body, headers=headers, allow_redirects=False)
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             raise UpstreamUnreachable(_reason(error)) from None
         return HttpResponse(response)
