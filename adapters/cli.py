@@ -7,6 +7,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from portcullis.adapters.config import Config, ConfigError, load_config
 
 DEFAULT_CONFIG = "portcullis.yaml"
+IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")  # schemas/bundle-data.schema.json#/$defs/identifier
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -191,6 +193,9 @@ def _keys_create(args: argparse.Namespace) -> int:
     from portcullis.adapters.bundles import load_bundle
     from portcullis.engine.bundle import BundleError
 
+    for label, value in (("team", args.team), ("user", args.user)):
+        if value is not None and not IDENTIFIER.fullmatch(value):
+            raise _Failure(f"--{label} must be 1-128 letters, digits or ._@- and start with a letter or digit, as in the bundle's tenants")
     config = load_config(Path(args.config))
     try:
         bundle = load_bundle(config, config.providers.keys(), dt.datetime.now(dt.UTC).date())

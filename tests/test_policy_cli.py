@@ -56,3 +56,15 @@ def test_keys_create_warns_about_a_team_the_bundle_does_not_know(tmp_path: Path)
     )
     assert created.returncode == 0
     assert created.stdout.startswith("pk-") and "team 'ghost' is not in bundle revision" in created.stderr
+
+
+def test_keys_create_refuses_names_the_bundle_could_never_hold(tmp_path: Path) -> None:
+    config = tmp_path / "portcullis.yaml"
+    config.write_text(f"policy: {{bundle: {ROOT / 'policies'}}}\nproviders: [{{name: mock, type: mock}}]\nstore: {{path: {tmp_path / 's.db'}}}\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "portcullis.adapters.cli", "keys", "create", "--config", str(config), "--team", "demo", "--user", "a b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1 and "--user must be" in refused.stderr and not refused.stdout
