@@ -22,7 +22,8 @@ from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config
-from portcullis.adapters.gateway import Costing, Gateway, client_address, new_request_id
+from portcullis.adapters.gateway import Gateway, client_address, new_request_id
+from portcullis.adapters.governance import Governance
 from portcullis.adapters.protocols import anthropic_messages, openai_chat
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.store import Store, open_store
@@ -61,7 +62,8 @@ async def build_runtime(config: Config) -> Runtime:
     audit = AuditLog(config.audit_path)
     bundles = BundleManager(config, providers.keys(), active, today)
     authenticator = Authenticator(store, config.key_cache_seconds)
-    gateway = Gateway(bundles, authenticator, providers, audit, [Costing(today)], config.max_request_bytes, config.max_attempts)
+    governance = Governance(store.ledger, providers, audit)
+    gateway = Gateway(bundles, authenticator, providers, audit, [governance], config.max_request_bytes, config.max_attempts, today)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator)
 
 

@@ -11,6 +11,7 @@ plug in as ``Step``s; the executor does not change shape for them.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -37,10 +38,14 @@ from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rego import PolicyError
 
+if TYPE_CHECKING:
+    from portcullis.adapters.governance import Metering
+
 log = logging.getLogger("portcullis.gateway")
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 FALLBACK_HEADER = "x-portcullis-model-fallback"
+BUDGET_WARNING_HEADER = "x-portcullis-budget-warning"
 # Provider answers that say the request itself is wrong: another target would refuse
 # it too, so they go back to the client. Any other non-2xx (overload, rate limits,
 # timeouts, a target's expired credential or unknown model ID, a redirect) is about
@@ -65,6 +70,7 @@ class Exchange:
     usage_complete: bool = False
     cost_micro_usd: int | None = None
     price_version: str | None = None
+    metering: Metering | None = None  # what governance reserved and settled
 
 
 class Step:
@@ -79,21 +85,6 @@ class Step:
         return None
 
 
-class Costing(Step):
-    """Stage 10: price the usage the provider reported with the bundle's versioned
-    price for the served route, in integer micro-USD."""
-
-    def __init__(self, today: Callable[[], Any]) -> None:
-        self._today = today
-
-    async def settle(self, exchange: Exchange) -> None:
-        if exchange.served is None or exchange.bundle is None:
-            return
-        price = exchange.bundle.price_for(exchange.served, self._today())
-        exchange.cost_micro_usd = price.cost(exchange.usage)
-        exchange.price_version = price.effective_from.isoformat()
-
-
 class Gateway:
     def __init__(
         self,
@@ -104,6 +95,7 @@ class Gateway:
         steps: list[Step],
         max_request_bytes: int,
         max_attempts: int,
+        today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.UTC).date(),
     ) -> None:
         self._bundles = bundles
         self._auth = authenticator
@@ -112,6 +104,7 @@ class Gateway:
         self._steps = steps
         self._max_request_bytes = max_request_bytes
         self._max_attempts = max_attempts
+        self._today = today
 
     # --- the pipeline ------------------------------------------------------------
 
@@ -287,6 +280,12 @@ class Gateway:
     # --- bookkeeping ---------------------------------------------------------------
 
     async def _settle(self, exchange: Exchange) -> None:
+        """Stage 10, then the settlement steps (11). Cost is the usage the provider reported
+        priced with the bundle's version in effect for the served route."""
+        if exchange.served is not None and exchange.bundle is not None:
+            price = exchange.bundle.price_for(exchange.served, self._today())
+            exchange.cost_micro_usd = price.cost(exchange.usage)
+            exchange.price_version = price.effective_from.isoformat()
         for step in self._steps:
             try:
                 await step.settle(exchange)
@@ -329,7 +328,28 @@ class Gateway:
             "model": exchange.plan.model,
             "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
             "decision": exchange.plan.audit_view(),
+            **self._reservation_record(exchange),
         }
+
+    @staticmethod
+    def _reservation_record(exchange: Exchange) -> dict[str, Any]:
+        metering = exchange.metering
+        if metering is None:
+            return {}
+        if metering.reservation is None:
+            return {"unmetered": metering.unmetered}
+        bound = metering.reservation.bound
+        record: dict[str, Any] = {
+            "reservation": {
+                "bound_tokens": bound.tokens,
+                "bound_micro_usd": bound.cost_micro_usd,
+                "estimate": bound.estimate,
+                "counters": [charge.key for charge in metering.reservation.charges],
+            }
+        }
+        if metering.warnings:
+            record["reservation"]["warnings"] = list(metering.warnings)
+        return record
 
     def _outcome_record(self, exchange: Exchange, outcome: str) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -345,6 +365,8 @@ class Gateway:
             record["price_version"] = exchange.price_version
             if exchange.plan is not None and exchange.served.canonical_model != exchange.plan.model:
                 record["model_substituted_from"] = exchange.plan.model
+        if exchange.metering is not None and exchange.metering.state is not None:
+            record["settlement"] = exchange.metering.state
         return record
 
     def _headers(self, exchange: Exchange) -> dict[str, str]:
@@ -352,6 +374,8 @@ class Gateway:
         plan, served = exchange.plan, exchange.served
         if plan is not None and served is not None and plan.model and served.canonical_model != plan.model:
             headers[FALLBACK_HEADER] = plan.model
+        if exchange.metering is not None and exchange.metering.warnings:
+            headers[BUDGET_WARNING_HEADER] = "; ".join(f"limit passed: {warning}" for warning in exchange.metering.warnings)
         return headers
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:

@@ -1,4 +1,5 @@
-"""A generated bundle of realistic shape for benchmarks: 50 teams, 500 users, 40 models.
+"""A generated bundle of realistic shape for benchmarks: 50 teams, 500 users, 40 models,
+201 governance rules.
 
 Models have one to three targets across regions and a quarter of them a fallback;
 teams grant a mix of globs and exact IDs, most with a region lock; about a third of
@@ -20,7 +21,7 @@ REGIONS = ["us-east-1", "eu-west-1", "ap-northeast-2"]
 PROVIDERS = {"claude": "fake-anthropic", "gpt": "fake-openai", "glm": "fake-openai", "llama": "fake-openai"}
 
 
-def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: int = 7) -> tuple[dict[str, Any], dict[str, Any]]:
+def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: int = 7) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     rng = random.Random(seed)
     names = [f"{FAMILIES[i % 4]}-m{i}" for i in range(models)]
     catalog: dict[str, Any] = {"aliases": {}, "models": {}, "prices": []}
@@ -49,6 +50,7 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
             {"provider": PROVIDERS[family], "model": f"{name}-upstream", "effective_from": "2025-01-01", "usd_per_mtok": {"input": "3", "output": "15"}}
         )
     tenants: dict[str, Any] = {"teams": {}}
+    rules: dict[str, Any] = {"org-rate": {"subject": {}, "rate": {"rpm": 100000}}}
     for t in range(teams):
         grants = ["claude-*", "gpt-*"] if t % 3 else ["*"]
         team: dict[str, Any] = {"models": [*grants, f"glm-m{(t * 4 + 2) % models}"], "users": {}}
@@ -62,14 +64,18 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
                 user["regions"] = [REGIONS[0]]
             team["users"][f"user{t}-{u}"] = user
         tenants["teams"][f"team{t}"] = team
-    return tenants, catalog
+        rules[f"team{t}-month"] = {"subject": {"team": f"team{t}"}, "budget": {"limit_usd": "5000", "period": "CalendarMonth"}}
+        rules[f"team{t}-day"] = {"subject": {"team": f"team{t}"}, "budget": {"limit_usd": "400", "period": "CalendarDay"}, "failure_policy": "Warn"}
+        rules[f"team{t}-users"] = {"subject": {"team": f"team{t}", "per": "user"}, "rate": {"rpm": 300, "tpm": 1000000}}
+        rules[f"team{t}-lead"] = {"subject": {"team": f"team{t}", "user": f"user{t}-0"}, "quota": {"tokens_per_day": 20000000}}
+    return tenants, catalog, {"rules": rules}
 
 
 def write(directory: Path, revision: str = "bench-1") -> Path:
-    tenants, catalog = generate()
+    tenants, catalog, governance = generate()
     if directory.exists():
         shutil.rmtree(directory)
-    for section, document in (("tenants", tenants), ("catalog", catalog)):
+    for section, document in (("tenants", tenants), ("catalog", catalog), ("governance", governance)):
         (directory / "portcullis" / section).mkdir(parents=True)
         (directory / "portcullis" / section / "data.yaml").write_text(yaml.safe_dump(document))
     for module in (ROOT / "policies" / "portcullis").glob("*.rego"):

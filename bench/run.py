@@ -108,7 +108,7 @@ def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
     from portcullis.engine.rego import Policy
 
     active = activate(parse_bundle(read_bundle_files(bundle), []), {"fake-anthropic", "fake-openai"}, dt.date.today())
-    tenants, catalog = bundle_gen.generate()
+    tenants, catalog, _ = bundle_gen.generate()
     rng = random.Random(11)
     teams = list(tenants["teams"])
     names = list(catalog["models"]) + list(catalog["aliases"])

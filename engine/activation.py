@@ -53,14 +53,16 @@ class ActiveBundle:
 
     def decide(self, input_document: Mapping[str, Any]) -> DecisionPlan:
         """The decision plan for one request. A policy that returns no plan fails closed."""
-        return self._decide(json.dumps(input_document, separators=(",", ":")))
+        principal = input_document.get("principal") or {}
+        ids = (principal.get("user"), principal.get("key_id"))
+        return self._decide(json.dumps(input_document, separators=(",", ":")), ids)
 
-    def _evaluate(self, input_json: str) -> DecisionPlan:
+    def _evaluate(self, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:
         document = self.policy.evaluate_json(DECISION_RULE, input_json)
         if not isinstance(document, dict):
             raise PolicyError(f"{DECISION_RULE} is undefined for this request")
         try:
-            return DecisionPlan.from_policy(document)
+            return DecisionPlan.from_policy(document, {"user": ids[0], "key_id": ids[1]})
         except (KeyError, TypeError) as error:
             raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
 

@@ -10,6 +10,7 @@ from enum import Enum
 class ErrorKind(Enum):
     INVALID_REQUEST = 400
     AUTHENTICATION = 401
+    PAYMENT_REQUIRED = 402
     PERMISSION = 403
     NOT_FOUND = 404
     REQUEST_TOO_LARGE = 413

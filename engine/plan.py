@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
+from portcullis.engine.governance import Limits
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,10 @@ class DecisionPlan:
     model: str | None
     targets: tuple[Target, ...]
     rejected_targets: tuple[Mapping[str, Any], ...]
+    limits: Limits
 
     @classmethod
-    def from_policy(cls, document: Mapping[str, Any]) -> DecisionPlan:
+    def from_policy(cls, document: Mapping[str, Any], principal: Mapping[str, Any]) -> DecisionPlan:
         return cls(
             allow=document["allow"],
             reasons=tuple(document["reasons"]),
@@ -69,6 +71,7 @@ class DecisionPlan:
             model=document.get("model"),
             targets=tuple(Target.from_plan(entry) for entry in document["targets"]),
             rejected_targets=tuple(document["rejected_targets"]),
+            limits=Limits.from_plan(document.get("limits"), principal),
         )
 
     def refusal(self) -> GatewayError:
@@ -88,8 +91,9 @@ class DecisionPlan:
         return GatewayError(kind, message, code=code)
 
     def audit_view(self) -> dict[str, Any]:
-        """What the audit log keeps of a decision: reasons and where each candidate stood."""
-        return {
+        """What the audit log keeps of a decision: reasons, where each candidate stood,
+        and which governance rules (and exemptions) applied."""
+        view: dict[str, Any] = {
             "allow": self.allow,
             "reasons": [reason["code"] for reason in self.reasons],
             "targets": [f"{t.provider}/{t.model}@{t.region}" for t in self.targets],
@@ -97,3 +101,8 @@ class DecisionPlan:
                 {"provider": t["provider"], "model": t["model"], "region": t["region"], "reasons": t["reasons"]} for t in self.rejected_targets
             ],
         }
+        if self.limits.counters:
+            view["rules"] = sorted({rule for counter in self.limits.counters for rule in counter.rules})
+        if self.limits.unlimited:
+            view["unlimited"] = list(self.limits.unlimited)
+        return view

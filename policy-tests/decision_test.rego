@@ -1,8 +1,7 @@
 # Unit tests of the default bundle's decision rules: `portcullis policy test policies policy-tests`.
 # They mock tenants and catalog with `with`, so they hold whatever data a deployment ships.
-package portcullis.decision_test
+package tests.decision
 
-import data.portcullis
 
 target(provider, model, region, priority, capabilities) := {
 	"provider": provider, "model": model, "region": region, "priority": priority,
@@ -40,11 +39,11 @@ decide(team, user, model, requires) := plan if {
 		"principal": {"team": team, "user": user, "key_id": "k"},
 		"request": {"model": model, "requires": requires, "protocol": "anthropic_messages", "stream": false},
 	}
-	plan := portcullis.decision with input as request with data.portcullis.catalog as catalog with data.portcullis.tenants as tenants
+	plan := data.portcullis.decision with input as request with data.portcullis.catalog as catalog with data.portcullis.tenants as tenants
 }
 
 visible(team, user) := models if {
-	models := portcullis.visible_models with input as {"principal": {"team": team, "user": user}}
+	models := data.portcullis.visible_models with input as {"principal": {"team": team, "user": user}}
 		with data.portcullis.catalog as catalog
 		with data.portcullis.tenants as tenants
 }
@@ -151,7 +150,7 @@ test_visible_models_follow_grants_and_regions if {
 }
 
 test_index_gives_the_same_decisions if {
-	index := portcullis.compiled_index with data.portcullis.catalog as catalog with data.portcullis.tenants as tenants
+	index := data.portcullis.compiled_index with data.portcullis.catalog as catalog with data.portcullis.tenants as tenants
 	every team in ["payments", "research"] {
 		every user in [null, "alice", "bob"] {
 			every model in ["sonnet", "haiku", "glm-4.6", "nope"] {

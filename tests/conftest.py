@@ -34,6 +34,7 @@ from tests.fake_provider import FakeProvider, free_port
 ROOT = Path(__file__).resolve().parent.parent
 POLICY_SOURCES = ROOT / "policies" / "portcullis"
 UPSTREAM_KEY = "sk-fake-upstream-key"
+OUTCOME_EVENTS = ("request_finished", "request_failed", "request_cancelled")
 
 TARGET_DEFAULTS = {"context_window": 200000, "max_output_tokens": 8192, "capabilities": ["streaming", "tools", "vision"]}
 
@@ -230,6 +231,28 @@ class Gateway:
 
     def records_for(self, request_id: str) -> list[dict[str, Any]]:
         return [r for r in self.audit_records() if r.get("request_id") == request_id]
+
+    def outcome(self, request_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """The record that closes a request. A stream's is written after its last event
+        reached the client, so it may land a moment after the client is done."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [r for r in self.records_for(request_id) if r["event"] in OUTCOME_EVENTS]
+            if found or time.monotonic() > deadline:
+                assert found, f"no outcome recorded for {request_id}"
+                return found[-1]
+            time.sleep(0.02)
+
+    def settled(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Every record, once each started request has its outcome."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self.audit_records()
+            started = {r["request_id"] for r in records if r["event"] == "request_started"}
+            closed = {r["request_id"] for r in records if r["event"] in OUTCOME_EVENTS}
+            if started <= closed or time.monotonic() > deadline:
+                return records
+            time.sleep(0.02)
 
     def start(self, env: dict[str, str] | None = None) -> Gateway:
         self.port = self.port or free_port()

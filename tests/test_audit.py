@@ -43,7 +43,7 @@ def busy_gateway(fresh_gateway, fakes: Fakes) -> Gateway:
 
 
 def test_records_link_start_to_outcome(busy_gateway: Gateway) -> None:
-    records = busy_gateway.audit_records()
+    records = busy_gateway.settled()
     started = [r for r in records if r["event"] == "request_started"]
     assert len(started) == 3
     for record in started:
@@ -60,12 +60,14 @@ def test_records_link_start_to_outcome(busy_gateway: Gateway) -> None:
 
 
 def test_no_prompt_key_or_provider_secret_is_written_anywhere(busy_gateway: Gateway) -> None:
+    busy_gateway.settled()
     written = busy_gateway.audit_path.read_text() + busy_gateway.logs()
     for secret in [SECRET_PROMPT, "4111 1111", "ZEBRA-42", UPSTREAM_KEY, "pk-" + "Z" * 43, *busy_gateway.keys.values()]:
         assert secret not in written
 
 
 def test_intact_log_verifies(busy_gateway: Gateway) -> None:
+    busy_gateway.settled()
     result = verify(busy_gateway.audit_path)
     assert result.returncode == 0, result.stdout
     assert f"{len(busy_gateway.audit_records())} records, chain intact" in result.stdout

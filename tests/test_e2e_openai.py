@@ -37,7 +37,7 @@ def test_stream_without_usage_hides_the_usage_chunk_the_gateway_asked_for(client
     chunks = list(response.parse())
     assert all(chunk.choices for chunk in chunks)  # no usage-only chunk reached the client
     assert fakes.openai_main.received[0].json["stream_options"] == {"include_usage": True}
-    finished = next(r for r in gateway.records_for(response.headers["x-portcullis-request-id"]) if r["event"] == "request_finished")
+    finished = gateway.outcome(response.headers["x-portcullis-request-id"])
     assert finished["usage"]["output"] == 20 and finished["usage"]["complete"] is True
     assert finished["cost_micro_usd"] == 27  # ceil(100 × 0.15 + 20 × 0.60) micro-USD
 

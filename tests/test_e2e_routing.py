@@ -70,7 +70,7 @@ def test_failover_to_the_next_target_before_anything_was_sent(gateway: Gateway, 
     assert response.status_code == 200
     assert len(fakes.anthropic_us.received) == 1 and len(fakes.anthropic_eu.received) == 1
     assert "x-portcullis-model-fallback" not in response.headers  # same model, another region
-    finished = next(r for r in gateway.records_for(response.headers["x-portcullis-request-id"]) if r["event"] == "request_finished")
+    finished = gateway.outcome(response.headers["x-portcullis-request-id"])
     assert [a["outcome"] for a in finished["attempts"]] == ["status_529", "ok"]
     assert finished["served"]["region"] == "eu-west-1" and "model_substituted_from" not in finished
 
@@ -82,7 +82,7 @@ def test_fallback_model_is_visible_to_client_and_audit(gateway: Gateway, fakes: 
     assert response.status_code == 200
     assert response.headers["x-portcullis-model-fallback"] == "claude-sonnet-4-5"
     assert response.parse().model == HAIKU_UPSTREAM
-    finished = next(r for r in gateway.records_for(response.headers["x-portcullis-request-id"]) if r["event"] == "request_finished")
+    finished = gateway.outcome(response.headers["x-portcullis-request-id"])
     assert finished["model_substituted_from"] == "claude-sonnet-4-5"
     assert finished["served"]["canonical_model"] == "claude-haiku-4-5"
 
@@ -97,7 +97,7 @@ def test_fallback_is_reauthorised_and_never_reaches_a_forbidden_model(gateway: G
     assert failed.value.status_code == 502
     assert not fakes.anthropic_eu.requests_for(HAIKU_UPSTREAM)
     record = next(
-        r for r in gateway.audit_records() if r.get("event") == "request_failed" and r["attempts"][0]["model"] == SONNET_UPSTREAM and len(r["attempts"]) == 2
+        r for r in gateway.settled() if r.get("event") == "request_failed" and r["attempts"][0]["model"] == SONNET_UPSTREAM and len(r["attempts"]) == 2
     )
     started = next(r for r in gateway.records_for(record["request_id"]) if r["event"] == "request_started")
     assert started["decision"]["rejected_targets"] == [
@@ -129,12 +129,14 @@ def test_no_failover_after_the_stream_was_committed(gateway: Gateway, fakes: Fak
     fakes.anthropic_us.script(SONNET_UPSTREAM, CutStream(after=4))
     received_text = []
     with pytest.raises(anthropic.APIStatusError) as cut, claude(gateway).messages.stream(model="sonnet", max_tokens=8, messages=HI) as stream:
+        request_id = stream.response.headers["x-portcullis-request-id"]
         for text in stream.text_stream:
             received_text.append(text)
     assert "mid-stream" in str(cut.value)
     assert received_text  # the client had output before the failure
     assert not fakes.anthropic_eu.received  # and the gateway did not retry elsewhere
-    failed = [r for r in gateway.audit_records() if r.get("event") == "request_failed"][-1]
+    failed = gateway.outcome(request_id)
+    assert failed["event"] == "request_failed"
     assert failed["served"]["provider"] == "anthropic-us" and failed["usage"]["complete"] is False
 
 
@@ -163,7 +165,7 @@ def test_unreachable_provider_fails_over(fresh_gateway, fakes: Fakes) -> None:
     gateway = fresh_gateway(providers=providers)
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
     assert response.status_code == 200
-    finished = next(r for r in gateway.records_for(response.headers["x-portcullis-request-id"]) if r["event"] == "request_finished")
+    finished = gateway.outcome(response.headers["x-portcullis-request-id"])
     assert [a["outcome"] for a in finished["attempts"]] == ["connect", "ok"]
 
 
@@ -196,5 +198,5 @@ def test_redirects_are_never_followed(gateway: Gateway, fakes: Fakes) -> None:
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
     assert response.status_code == 200
     assert not fakes.openai_main.received  # neither the provider key nor the prompt went elsewhere
-    finished = next(r for r in gateway.records_for(response.headers["x-portcullis-request-id"]) if r["event"] == "request_finished")
+    finished = gateway.outcome(response.headers["x-portcullis-request-id"])
     assert [a["outcome"] for a in finished["attempts"]] == ["status_307", "ok"]

@@ -30,6 +30,7 @@ FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 _ERROR_TYPES = {
     ErrorKind.INVALID_REQUEST: "invalid_request_error",
     ErrorKind.AUTHENTICATION: "authentication_error",
+    ErrorKind.PAYMENT_REQUIRED: "billing_error",
     ErrorKind.PERMISSION: "permission_error",
     ErrorKind.NOT_FOUND: "not_found_error",
     ErrorKind.REQUEST_TOO_LARGE: "request_too_large",

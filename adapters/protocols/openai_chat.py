@@ -30,6 +30,7 @@ DONE = b"data: [DONE]\n\n"
 _ERROR_TYPES = {
     ErrorKind.INVALID_REQUEST: ("invalid_request_error", None),
     ErrorKind.AUTHENTICATION: ("authentication_error", "invalid_api_key"),
+    ErrorKind.PAYMENT_REQUIRED: ("insufficient_quota", None),
     ErrorKind.PERMISSION: ("permission_error", None),
     ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
     ErrorKind.REQUEST_TOO_LARGE: ("invalid_request_error", "request_too_large"),

@@ -7,9 +7,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from portcullis.adapters.config import StoreConfig
+
+if TYPE_CHECKING:
+    from portcullis.adapters.store.ledger import Ledger
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -51,6 +54,7 @@ class FailureCounter(Protocol):
 class Store:
     keys: KeyStore
     auth_failures: FailureCounter
+    ledger: Ledger
 
     async def close(self) -> None:
         await self.keys.close()
@@ -63,14 +67,16 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
     from portcullis.adapters.store.limiter import MemoryFailureCounter, RedisFailureCounter
 
     if config.kind == "embedded":
-        from portcullis.adapters.store.sqlite import SqliteKeyStore
+        from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
 
-        return Store(SqliteKeyStore.open(config.path), MemoryFailureCounter(max_failures, window))
+        sqlite = SqliteKeyStore.open(config.path)
+        return Store(sqlite, MemoryFailureCounter(max_failures, window), SqliteLedger(sqlite.connection))
     from portcullis.adapters.store.postgres import PostgresKeyStore
+    from portcullis.adapters.store.shared import SharedLedger
 
     keys = await PostgresKeyStore.open(config.url(config.database_url_env), migrate=migrate)
     failures = RedisFailureCounter(config.url(config.redis_url_env), max_failures, window, config.redis_prefix)
-    return Store(keys, failures)
+    return Store(keys, failures, SharedLedger(failures.redis, keys.pool, config.redis_prefix))
 
 
 def migration_files(dialect: str) -> list[tuple[int, str, str]]:

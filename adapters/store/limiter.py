@@ -48,6 +48,7 @@ class RedisFailureCounter:
 
     def __init__(self, url: str, max_failures: int, window: int, prefix: str = "portcullis:") -> None:
         self._redis = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self.redis = self._redis  # shared with the ledger
         self._max = max_failures
         self._window = window
         self._prefix = prefix

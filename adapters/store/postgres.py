@@ -15,6 +15,7 @@ _MIGRATION_LOCK = 7_243_091_613  # pg_advisory_lock id: one migrator at a time a
 class PostgresKeyStore:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self._pool = pool
+        self.pool = pool  # shared with the ledger
         self.applied_migrations: list[str] = []
 
     @classmethod

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from portcullis.adapters.store import KeyRecord, migration_files
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, settle_deltas
+from portcullis.engine.governance import Verdict, crossed_thresholds, judge
 
 
 class SqliteKeyStore:
     def __init__(self, connection: sqlite3.Connection, applied_migrations: list[str]) -> None:
         self._db = connection
+        self.connection = connection  # shared with the ledger
         self.applied_migrations = applied_migrations
 
     @classmethod
@@ -54,6 +61,12 @@ def _record(row: tuple) -> KeyRecord:
     return KeyRecord(key_id, team, user, name, dt.datetime.fromisoformat(created), dt.datetime.fromisoformat(revoked) if revoked else None)
 
 
+def _statements(sql: str) -> list[str]:
+    """The statements of a migration file: comments dropped, split on semicolons."""
+    code = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+    return [statement for statement in code.split(";") if statement.strip()]
+
+
 def migrate(connection: sqlite3.Connection) -> list[str]:
     """Apply pending migrations, each in its own transaction; returns what was applied."""
     connection.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
@@ -64,7 +77,7 @@ def migrate(connection: sqlite3.Connection) -> list[str]:
             continue
         connection.execute("BEGIN IMMEDIATE")
         try:
-            for statement in filter(str.strip, sql.split(";")):
+            for statement in _statements(sql):
                 connection.execute(statement)
             connection.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, name, dt.datetime.now(dt.UTC).isoformat()))
             connection.execute("COMMIT")
@@ -73,3 +86,136 @@ def migrate(connection: sqlite3.Connection) -> list[str]:
             raise
         applied.append(name)
     return applied
+
+
+class SqliteLedger:
+    """The embedded ledger: counters, reservations and journal in one SQLite file, each
+    reservation and settlement one ``BEGIN IMMEDIATE`` transaction (so several
+    processes sharing the file stay exact too)."""
+
+    def __init__(self, connection: sqlite3.Connection, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+        self._db = connection
+        self._clock = clock
+        self._since_cleanup = 0
+
+    async def reserve(self, reservation: Reservation) -> Verdict:
+        keys = [charge.key for charge in reservation.charges]
+        with _transaction(self._db):
+            current = dict(self._db.execute(f"SELECT key, value FROM counters WHERE key IN ({','.join('?' * len(keys))})", keys).fetchall()) if keys else {}
+            verdict = judge(reservation.charges, current)
+            if verdict.blocked is not None:
+                return verdict
+            for charge in reservation.charges:
+                self._db.execute(
+                    "INSERT INTO counters (key, value, expires_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET value = value + excluded.value",
+                    (charge.key, charge.amount, charge.expires_at.isoformat()),
+                )
+            principal = reservation.principal
+            bound = reservation.bound
+            self._db.execute(
+                "INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd, estimate, tokens,"
+                " cost_micro_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    reservation.id,
+                    reservation.request_id,
+                    reservation.subcall,
+                    principal.get("team"),
+                    principal.get("user"),
+                    principal.get("key_id"),
+                    reservation.charges_json(),
+                    bound.tokens,
+                    bound.cost_micro_usd,
+                    bound.estimate,
+                    bound.tokens,
+                    bound.cost_micro_usd,
+                    reservation.created_at.isoformat(),
+                ),
+            )
+            self._journal(reservation.id, "reserve", bound.tokens, bound.cost_micro_usd)
+        self._cleanup()
+        return verdict
+
+    async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
+        from_states = ("open", "pending") if final.state == "reconciled" else ("open",)
+        crossings: list[tuple[str, int]] = []
+        with _transaction(self._db):
+            row = self._db.execute("SELECT state, tokens, cost_micro_usd FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
+            if row is None or row[0] not in from_states:
+                return Outcome(row[0] if row else "unknown", replayed=True)
+            now = self._clock().isoformat()
+            self._db.execute(
+                "UPDATE reservations SET state = ?, tokens = ?, cost_micro_usd = ?, usage = ?, served = ?, resolved_at = ? WHERE id = ?",
+                (final.state, final.tokens, final.cost_micro_usd, _json(final.usage), _json(final.served), now, reservation_id),
+            )
+            for key, delta in settle_deltas(charges, final.amounts).items():
+                after = self._db.execute("UPDATE counters SET value = value + ? WHERE key = ? RETURNING value", (delta, key)).fetchone()
+                if after is None:
+                    continue  # the counter's period is long over
+                charge = next(c for c in charges if c["key"] == key)
+                for threshold in crossed_thresholds(charge, after[0] - delta, after[0]):
+                    fired = self._db.execute("INSERT OR IGNORE INTO threshold_events (counter, threshold, fired_at) VALUES (?, ?, ?)", (key, threshold, now))
+                    if fired.rowcount:
+                        crossings.append((key, threshold))
+            self._journal(reservation_id, final.state if final.state != "settled" else "settle", final.tokens - row[1], final.cost_micro_usd - row[2])
+            if final.state == "reconciled":
+                self._db.execute(
+                    "INSERT INTO reconciliations (reservation_id, resolution, tokens, cost_micro_usd, note, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (reservation_id, row[0], final.tokens, final.cost_micro_usd, final.note, now),
+                )
+        return Outcome(final.state, thresholds=tuple(crossings))
+
+    async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]:
+        rows = self._db.execute(
+            "SELECT id, request_id, state, charges, bound_tokens, bound_micro_usd, usage, served, created_at FROM reservations"
+            " WHERE state = 'pending' OR (state = 'open' AND created_at < ?) ORDER BY created_at",
+            (older_than.isoformat(),),
+        ).fetchall()
+        return [
+            Unresolved(
+                r[0],
+                r[1],
+                r[2],
+                json.loads(r[3]),
+                r[4],
+                r[5],
+                json.loads(r[6]) if r[6] else None,
+                json.loads(r[7]) if r[7] else None,
+                dt.datetime.fromisoformat(r[8]),
+            )
+            for r in rows
+        ]
+
+    async def counter(self, key: str) -> int:
+        row = self._db.execute("SELECT value FROM counters WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else 0
+
+    async def close(self) -> None:
+        return None  # the connection belongs to the key store
+
+    def _journal(self, reservation_id: str, entry: str, tokens: int, cost: int) -> None:
+        self._db.execute(
+            "INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at) VALUES (?, ?, ?, ?, ?)",
+            (reservation_id, entry, tokens, cost, self._clock().isoformat()),
+        )
+
+    def _cleanup(self) -> None:
+        self._since_cleanup += 1
+        if self._since_cleanup >= 1000:
+            self._since_cleanup = 0
+            with _transaction(self._db):
+                self._db.execute("DELETE FROM counters WHERE expires_at < ?", (self._clock().isoformat(),))
+
+
+@contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _json(value: Any) -> str | None:
+    return json.dumps(value) if value is not None else None

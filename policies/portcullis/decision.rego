@@ -22,6 +22,7 @@ refuse(request, code, message) := {
 	"model": null,
 	"targets": [],
 	"rejected_targets": [],
+	"limits": {"counters": [], "unlimited": [], "effective": {}},
 }
 
 # Every candidate (the model's own targets, then its fallbacks') is re-authorised
@@ -50,6 +51,7 @@ authorise(principal, request, model) := plan if {
 			some i, candidate in candidates
 			not i in authorised
 		],
+		"limits": limits_for(principal),
 	}
 }
 

@@ -7,7 +7,24 @@ package portcullis
 compiled_index := {
 	"principals": {team_id: principal_index(team) | some team_id, team in data.portcullis.tenants.teams},
 	"candidates": {model: candidates_of(model) | some model, _ in data.portcullis.catalog.models},
+	"rules_by_team": {team_id: team_rules(team_id) | some team_id, _ in data.portcullis.tenants.teams},
+	"limits": {team_id: team_limits(team_id) | some team_id, _ in data.portcullis.tenants.teams},
+	"named_keys": {rule.subject.key: true | some rule in governance_rules; rule.subject.key},
 }
+
+# "*" serves a user no rule names, "-" a key with no user; the placeholders become the
+# request's own ids (limits_for).
+team_limits(team) := object.union(
+	{
+		"*": merged_limits({"team": team, "user": "{user}", "key_id": "{key}"}),
+		"-": merged_limits({"team": team, "user": null, "key_id": "{key}"}),
+	},
+	{user: merged_limits({"team": team, "user": user, "key_id": "{key}"}) |
+		some rule in governance_rules
+		rule.subject.team == team
+		user := rule.subject.user
+	},
+)
 
 # "*" is the team itself; every user the bundle lists gets its own entry.
 principal_index(team) := object.union(

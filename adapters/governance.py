@@ -1,0 +1,165 @@
+"""Stages 6 and 11: reserve before dispatch, settle after the outcome is known.
+
+Before a request goes anywhere its input is sized, the output ceiling added, and the
+bound priced for the dearest target it may fail over to; that bound is reserved on
+every counter the plan charges — money and quota together, all or nothing. After the
+response, the reservation is replaced by what the provider reported. A stream that
+ended without final usage keeps the whole bound, pending reconciliation: never zero.
+
+Auxiliary calls the gateway makes for a request (a classifier, a router model, a paid
+guard) use the same contract through ``reserve_subcall`` and ``settle_subcall``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from portcullis.adapters.audit_log import AuditLog
+from portcullis.adapters.gateway import Exchange, Step
+from portcullis.adapters.protocols import OPENAI_CHAT, ParsedRequest
+from portcullis.adapters.providers import Provider
+from portcullis.adapters.store import StoreUnavailable
+from portcullis.adapters.store.ledger import Final, Ledger, Reservation
+from portcullis.engine.activation import ActiveBundle
+from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.governance import Bound, Limits, bound_for, charges, refusal, settled_amounts
+from portcullis.engine.plan import Target
+from portcullis.engine.pricing import Usage
+from portcullis.engine.tokens import count_input_tokens
+
+log = logging.getLogger("portcullis.governance")
+
+LARGE_BODY_BYTES = 32 * 1024  # sized on a worker thread above this: tiktoken releases the GIL
+UNCERTAIN_OUTCOMES = {"timeout", "connection_lost"}  # the provider may have done (and billed) the work
+
+
+@dataclass
+class Metering:
+    """What governance recorded on an exchange."""
+
+    reservation: Reservation | None = None
+    warnings: tuple[str, ...] = ()
+    unmetered: bool = False  # counters unreachable and no hard limit applied
+    state: str | None = None
+
+
+class Governance(Step):
+    def __init__(
+        self, ledger: Ledger, providers: dict[str, Provider], audit: AuditLog, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+    ) -> None:
+        self._ledger = ledger
+        self._providers = providers
+        self._audit = audit
+        self._clock = clock
+
+    async def admit(self, exchange: Exchange) -> None:
+        assert exchange.plan is not None and exchange.request is not None and exchange.bundle is not None
+        bound = await self.size(exchange.bundle, exchange.request, exchange.plan.targets)
+        exchange.metering = await self._reserve(exchange, "main", exchange.plan.limits, bound)
+
+    async def settle(self, exchange: Exchange) -> None:
+        metering = exchange.metering
+        if metering is None or metering.reservation is None:
+            return
+        reservation = metering.reservation
+        if exchange.served is None:
+            uncertain = any(attempt["outcome"] in UNCERTAIN_OUTCOMES for attempt in exchange.attempts)
+            final = self._final(reservation, "pending" if uncertain else "released", Usage(), 0, None)
+        elif exchange.usage_complete:
+            final = self._final(reservation, "settled", exchange.usage, exchange.cost_micro_usd or 0, exchange.served)
+        else:
+            final = self._final(reservation, "pending", exchange.usage, exchange.cost_micro_usd or 0, exchange.served)
+        metering.state = await self._settle(reservation, final)
+
+    # --- auxiliary sub-calls -------------------------------------------------------------
+
+    async def reserve_subcall(self, exchange: Exchange, name: str, bound: Bound) -> Reservation | None:
+        """Reserve an auxiliary call on the request's counters; refuses like a main call."""
+        assert exchange.plan is not None
+        metering = await self._reserve(exchange, name, exchange.plan.limits, bound)
+        return metering.reservation
+
+    async def settle_subcall(self, reservation: Reservation, usage: Usage | None, cost_micro_usd: int, served: Target | None) -> str:
+        state = "settled" if usage is not None else "pending"
+        return await self._settle(reservation, self._final(reservation, state, usage or Usage(), cost_micro_usd, served))
+
+    # --- sizing --------------------------------------------------------------------------
+
+    async def size(self, bundle: ActiveBundle, request: ParsedRequest, targets: tuple[Target, ...]) -> Bound:
+        """The bound over every target the plan authorised: input sized the way each
+        target's provider counts, the output ceiling, the target's price."""
+        counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
+        sizes = []
+        today = self._clock().date()
+        for target in targets:
+            exact = (self._providers[target.provider].protocol or request.protocol) == OPENAI_CHAT
+            if exact not in counted:
+                counted[exact] = await self._count(request, exact)
+            ceiling = min(request.max_tokens or target.max_output_tokens, target.max_output_tokens)
+            sizes.append((counted[exact][0], ceiling, bundle.price_for(target, today)))
+        return bound_for(sizes, "+".join(sorted(method for _, method in counted.values())))
+
+    async def _count(self, request: ParsedRequest, exact: bool) -> tuple[int, str]:
+        if len(request.raw) > LARGE_BODY_BYTES:
+            return await asyncio.to_thread(count_input_tokens, request.body, exact)
+        return count_input_tokens(request.body, exact)
+
+    # --- the ledger ----------------------------------------------------------------------
+
+    async def _reserve(self, exchange: Exchange, name: str, limits: Limits, bound: Bound) -> Metering:
+        assert exchange.principal is not None
+        now = self._clock()
+        reservation = Reservation(
+            id=exchange.request_id if name == "main" else f"{exchange.request_id}:{name}",
+            request_id=exchange.request_id,
+            subcall=name,
+            principal=exchange.principal.as_input(),
+            charges=tuple(charges(limits, bound, now)),
+            bound=bound,
+            created_at=now,
+        )
+        try:
+            verdict = await self._ledger.reserve(reservation)
+        except StoreUnavailable as failure:
+            if limits.blocking:
+                log.error("request %s refused: the ledger is unavailable (%s)", exchange.request_id, failure)
+                raise GatewayError(
+                    ErrorKind.UNAVAILABLE, "spending and rate limits cannot be checked right now; try again shortly", code="ledger_unavailable", retry_after=5
+                ) from None
+            log.error("request %s served unmetered: the ledger is unavailable (%s)", exchange.request_id, failure)
+            return Metering(unmetered=True)
+        if verdict.blocked is not None:
+            raise refusal(verdict.blocked, now)
+        return Metering(reservation, tuple(charge.limit.describe() for charge in verdict.warnings))
+
+    async def _settle(self, reservation: Reservation, final: Final) -> str:
+        try:
+            outcome = await self._ledger.settle(reservation.id, reservation.charge_records(), final)
+        except StoreUnavailable as failure:
+            log.error("settlement of %s failed; it stays open for `portcullis ledger reconcile` (%s)", reservation.id, failure)
+            return "open"
+        for counter, threshold in outcome.thresholds:
+            scope, metric, period = counter.split("|")
+            log.warning("budget threshold %d%% crossed on %s (%s)", threshold, scope, period)
+            self._audit.append(
+                "budget_threshold", counter=counter, scope=scope, metric=metric, period=period, threshold=threshold, request_id=reservation.request_id
+            )
+        return outcome.state
+
+    @staticmethod
+    def _final(reservation: Reservation, state: str, usage: Usage, cost: int, served: Target | None) -> Final:
+        bound = reservation.bound
+        observed = {"usage": usage.as_dict(), "cost_micro_usd": cost} if served is not None else None
+        if state == "pending":  # the whole bound stays charged until reconciled
+            return Final(state, bound.tokens, bound.cost_micro_usd, {c.key: c.amount for c in reservation.charges}, observed, _served(served))
+        tokens = usage.input + usage.output + usage.cache_read + usage.cache_write
+        return Final(state, tokens, cost, settled_amounts(reservation.charges, tokens, cost), observed, _served(served))
+
+
+def _served(target: Target | None) -> dict[str, Any] | None:
+    return target.describe() if target is not None else None

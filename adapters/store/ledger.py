@@ -1,0 +1,93 @@
+"""The ledger's interface: atomic reservation, idempotent settlement, reconciliation.
+
+Both implementations keep the same invariant for every hard limit: a counter's value
+(settled spend plus open reservations) never passes its limit, because a request is
+only dispatched after its conservative bound was added to every counter it charges
+in one all-or-nothing step.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from portcullis.engine.governance import Bound, Charge, Verdict
+
+
+@dataclass(frozen=True)
+class Reservation:
+    id: str  # the request id for a main call, "<request id>:<name>" for a sub-call
+    request_id: str
+    subcall: str
+    principal: dict[str, Any]
+    charges: tuple[Charge, ...]
+    bound: Bound
+    created_at: dt.datetime
+
+    def charge_records(self) -> list[dict[str, Any]]:
+        return [charge.as_record() for charge in self.charges]
+
+    def charges_json(self) -> str:
+        return json.dumps(self.charge_records())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a settlement left the ledger: the state, and budget thresholds it crossed
+    for the first time in their period (each fires once)."""
+
+    state: str
+    replayed: bool = False
+    thresholds: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A reservation no settlement completed: a stream that ended without final usage
+    (pending), or a process that died between reserve and settle (open)."""
+
+    id: str
+    request_id: str
+    state: str
+    charges: list[dict[str, Any]]
+    bound_tokens: int
+    bound_micro_usd: int
+    usage: dict[str, Any] | None
+    served: dict[str, Any] | None
+    created_at: dt.datetime
+
+
+class Ledger(Protocol):
+    async def reserve(self, reservation: Reservation) -> Verdict:
+        """Add every charge to its counter if all stay within their limits; otherwise
+        change nothing. A reservation that is admitted is recorded durably."""
+        ...
+
+    async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
+        """Replace a reservation's charges with final amounts. Safe to replay: only the
+        first settlement of a reservation changes anything."""
+        ...
+
+    async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Final:
+    """What a reservation ends up charging."""
+
+    state: str  # settled | pending | released | reconciled
+    tokens: int
+    cost_micro_usd: int
+    amounts: dict[str, int]  # counter key -> final amount
+    usage: dict[str, Any] | None = None
+    served: dict[str, Any] | None = None
+    note: str | None = None  # a reconciliation's reason
+
+
+def settle_deltas(charges: list[dict[str, Any]], amounts: dict[str, int]) -> dict[str, int]:
+    """What each counter moves by when the charges are replaced with final amounts."""
+    return {charge["key"]: amounts.get(charge["key"], charge["amount"]) - charge["amount"] for charge in charges}

