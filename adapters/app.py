@@ -26,6 +26,7 @@ from portcullis.adapters.gateway import Gateway, client_address, new_request_id
 from portcullis.adapters.governance import Governance
 from portcullis.adapters.protocols import anthropic_messages, openai_chat
 from portcullis.adapters.providers import Provider, build_provider
+from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import Store, open_store
 from portcullis.engine.errors import GatewayError
 
@@ -59,11 +60,16 @@ async def build_runtime(config: Config) -> Runtime:
     providers = {name: build_provider(provider) for name, provider in config.providers.items()}
     active = load_bundle(config, providers.keys(), today())
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
-    audit = AuditLog(config.audit_path)
+    try:
+        pools = {name: KeyPool(provider, store.capacity) for name, provider in config.providers.items()}  # reads the secrets
+        audit = AuditLog(config.audit_path)
+    except BaseException:
+        await store.close()
+        raise
     bundles = BundleManager(config, providers.keys(), active, today)
     authenticator = Authenticator(store, config.key_cache_seconds)
     governance = Governance(store.ledger, providers, audit)
-    gateway = Gateway(bundles, authenticator, providers, audit, [governance], config.max_request_bytes, config.max_attempts, today)
+    gateway = Gateway(bundles, authenticator, providers, pools, audit, [governance], config.max_request_bytes, config.max_attempts, today)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -97,6 +98,14 @@ def _parser() -> argparse.ArgumentParser:
     verify = audit.add_parser("verify", help="check the hash chain; exits non-zero at the first bad record")
     verify.add_argument("path", type=Path)
     verify.set_defaults(run=_audit_verify)
+
+    ledger = commands.add_parser("ledger", help="the spend ledger").add_subparsers(title="ledger commands")
+    reconcile = ledger.add_parser("reconcile", help="resolve reservations no settlement completed (cut streams, crashed processes)")
+    with_config(reconcile)
+    reconcile.add_argument("--older-than", type=float, default=600, metavar="SECONDS", help="open reservations older than this are abandoned (default 600)")
+    reconcile.add_argument("--usage", type=Path, help="JSON lines of provider usage: request_id, input, output, cache_read, cache_write[, served]")
+    reconcile.add_argument("--reload-counters", action="store_true", help="shared store: drop Redis counters so they reload from PostgreSQL")
+    reconcile.set_defaults(run=_ledger_reconcile)
 
     db = commands.add_parser("db", help="database schema").add_subparsers(title="database commands")
     migrate = db.add_parser("migrate", help="apply pending migrations to the configured store")
@@ -238,6 +247,45 @@ def _db_migrate(args: argparse.Namespace) -> int:
 
     names = _store_call(config, applied, migrate=True)
     print(f"{config.store.kind} store schema is up to date" + (f" (applied {', '.join(names)})" if names else ""))
+    return 0
+
+
+def _ledger_reconcile(args: argparse.Namespace) -> int:
+    from portcullis.adapters.bundles import load_bundle
+    from portcullis.adapters.governance import reconcile
+    from portcullis.engine.bundle import BundleError
+
+    config = load_config(Path(args.config))
+    evidence: dict[str, dict[str, Any]] = {}
+    if args.usage:
+        try:
+            lines = args.usage.read_text().splitlines()
+        except OSError as error:
+            raise _Failure(f"cannot read {args.usage}: {error.strerror}") from None
+        for number, line in enumerate(lines, start=1):
+            try:
+                if line.strip():
+                    record = json.loads(line)
+                    evidence[str(record["request_id"])] = record
+            except (ValueError, KeyError, TypeError):
+                raise _Failure(f"{args.usage}:{number}: expected a JSON object with a request_id") from None
+    try:
+        bundle = load_bundle(config, config.providers.keys(), dt.datetime.now(dt.UTC).date())
+    except BundleError as error:
+        raise _Failure(f"the policy bundle is needed for prices and cannot be loaded: {error}") from None
+
+    async def run(store: Any) -> list[Any]:
+        if args.reload_counters and hasattr(store.ledger, "reload_counters"):
+            print(f"dropped {await store.ledger.reload_counters()} cached counters; they reload from the ledger on next use")
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=args.older_than)
+        return await reconcile(store.ledger, bundle, cutoff, evidence)
+
+    resolutions = _store_call(config, run)
+    for item in resolutions:
+        if not item.replayed:
+            print(f"{item.reservation_id}  was {item.previous_state}  charged {item.cost_micro_usd} micro-USD  ({item.note})")
+    done = sum(1 for item in resolutions if not item.replayed)
+    print(f"reconciled {done} reservation{'s' if done != 1 else ''}")
     return 0
 
 

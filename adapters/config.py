@@ -20,29 +20,40 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
-class ProviderConfig:
+class KeyConfig:
+    """One provider credential, by reference, and the capacity it was issued with."""
+
     name: str
-    type: str  # anthropic | openai | mock
-    base_url: str = ""
     api_key_env: str | None = None
     api_key_file: Path | None = None
-    connect_timeout: float = 10.0
-    read_timeout: float = 300.0
-    max_connections: int = 256
+    rpm: int | None = None
+    tpm: int | None = None
 
-    def api_key(self) -> str | None:
-        """The provider credential, read at the moment it is needed and never stored in config."""
+    def secret(self, provider: str) -> str | None:
+        """Read the credential; called once at start-up so a missing secret fails fast."""
         if self.api_key_env:
             value = os.environ.get(self.api_key_env)
             if not value:
-                raise ConfigError(f"providers.{self.name}: environment variable {self.api_key_env} is not set")
+                raise ConfigError(f"providers.{provider}: environment variable {self.api_key_env} is not set")
             return value
         if self.api_key_file:
             try:
                 return self.api_key_file.read_text().strip()
             except OSError as error:
-                raise ConfigError(f"providers.{self.name}: cannot read api_key_file ({error.strerror})") from None
+                raise ConfigError(f"providers.{provider}: cannot read api_key_file ({error.strerror})") from None
         return None
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    name: str
+    type: str  # anthropic | openai | mock
+    base_url: str = ""
+    keys: tuple[KeyConfig, ...] = (KeyConfig("default"),)
+    cooldown_seconds: float = 10.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0
+    max_connections: int = 256
 
 
 @dataclass(frozen=True)
@@ -109,8 +120,17 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             name=entry["name"],
             type=entry["type"],
             base_url=entry.get("base_url", "").rstrip("/"),
-            api_key_env=entry.get("api_key_env"),
-            api_key_file=resolve(entry["api_key_file"]) if "api_key_file" in entry else None,
+            keys=tuple(
+                KeyConfig(
+                    name=key.get("name", "default"),
+                    api_key_env=key.get("api_key_env"),
+                    api_key_file=resolve(key["api_key_file"]) if "api_key_file" in key else None,
+                    rpm=key.get("rpm"),
+                    tpm=key.get("tpm"),
+                )
+                for key in entry.get("keys") or [entry]  # a provider-level api_key_env is a pool of one
+            ),
+            cooldown_seconds=entry.get("cooldown_seconds", 10.0),
             connect_timeout=entry.get("timeouts", {}).get("connect_seconds", 10.0),
             read_timeout=entry.get("timeouts", {}).get("read_seconds", 300.0),
             max_connections=entry.get("max_connections", 256),

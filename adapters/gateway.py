@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,8 @@ from portcullis.adapters.protocols import ParsedRequest, error_message
 from portcullis.adapters.protocols.routes import Route, route
 from portcullis.adapters.protocols.sse import SSEError, SSEParser
 from portcullis.adapters.providers import Provider, UpstreamResponse, UpstreamUnreachable
+from portcullis.adapters.providers.keys import KeyPool
+from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.streaming import RelayedStream
 from portcullis.engine.activation import ActiveBundle
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
@@ -91,6 +93,7 @@ class Gateway:
         bundles: BundleManager,
         authenticator: Authenticator,
         providers: dict[str, Provider],
+        pools: dict[str, KeyPool],
         audit: AuditLog,
         steps: list[Step],
         max_request_bytes: int,
@@ -100,6 +103,7 @@ class Gateway:
         self._bundles = bundles
         self._auth = authenticator
         self._providers = providers
+        self._pools = pools
         self._audit = audit
         self._steps = steps
         self._max_request_bytes = max_request_bytes
@@ -148,7 +152,19 @@ class Gateway:
                 self._attempt(exchange, target, "unconvertible")
                 last_error = error
                 continue
-            headers = pair.upstream.upstream_headers(provider.credential(), exchange.request.forward_headers)
+            pool = self._pools[target.provider]
+            try:
+                key, wait = await pool.take(_bound_tokens(exchange))
+            except StoreUnavailable:  # supply bookkeeping is down: the provider still decides
+                log.warning("request %s: provider key capacity unavailable; using the first key", exchange.request_id)
+                key, wait = pool.first, 0
+            if key is None:  # every key of this provider is full this minute or cooling down
+                self._attempt(exchange, target, "no_capacity")
+                last_error = GatewayError(
+                    ErrorKind.RATE_LIMITED, "the model's providers are at capacity; try again later", code="no_capacity", retry_after=wait
+                )
+                continue
+            headers = pair.upstream.upstream_headers(key.secret, exchange.request.forward_headers)  # the credential joins only here
             try:
                 upstream = await provider.send(pair.upstream.UPSTREAM_PATH, exchange.request.query, headers, body)
             except UpstreamUnreachable as failure:
@@ -158,6 +174,8 @@ class Gateway:
             if upstream.status >= 300:
                 error = await _upstream_error(upstream)
                 self._attempt(exchange, target, f"status_{upstream.status}", upstream.status)
+                if upstream.status == 429:
+                    await _quietly(pool.cool_down(key, error.retry_after))
                 if upstream.status in CLIENT_ERROR_STATUS:
                     return self._finish_failed(exchange, error)
                 last_error = error
@@ -477,6 +495,19 @@ async def _upstream_error(upstream: UpstreamResponse) -> GatewayError:
         return GatewayError(ErrorKind.UPSTREAM, f"the provider failed (status {status})", code="upstream_error")
     log.warning("provider refused the gateway's request with status %d; check the provider's credential, base_url and model IDs", status)
     return GatewayError(ErrorKind.UPSTREAM, "the provider refused the gateway's request", code="upstream_refused")
+
+
+def _bound_tokens(exchange: Exchange) -> int:
+    """The tokens a request may use, for provider key capacity: the reserved bound."""
+    metering = exchange.metering
+    return metering.reservation.bound.tokens if metering is not None and metering.reservation is not None else 0
+
+
+async def _quietly(action: Awaitable[None]) -> None:
+    try:
+        await action
+    except StoreUnavailable:
+        log.warning("provider key cooldown could not be recorded")
 
 
 async def _abandon(upstream: UpstreamResponse, chunks: AsyncGenerator[bytes, None]) -> None:

@@ -131,8 +131,13 @@ class Governance(Step):
                 raise GatewayError(
                     ErrorKind.UNAVAILABLE, "spending and rate limits cannot be checked right now; try again shortly", code="ledger_unavailable", retry_after=5
                 ) from None
-            log.error("request %s served unmetered: the ledger is unavailable (%s)", exchange.request_id, failure)
-            return Metering(unmetered=True)
+            try:
+                await self._ledger.record(reservation)  # no counters, but the spend is not lost
+            except StoreUnavailable:
+                log.error("request %s served unmetered and unrecorded: the ledger is unavailable (%s)", exchange.request_id, failure)
+                return Metering(unmetered=True)
+            log.error("request %s served without counters: they are unavailable (%s)", exchange.request_id, failure)
+            return Metering(reservation, unmetered=True)
         if verdict.blocked is not None:
             raise refusal(verdict.blocked, now)
         return Metering(reservation, tuple(charge.limit.describe() for charge in verdict.warnings))
@@ -163,3 +168,37 @@ class Governance(Step):
 
 def _served(target: Target | None) -> dict[str, Any] | None:
     return target.describe() if target is not None else None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    reservation_id: str
+    previous_state: str
+    cost_micro_usd: int
+    note: str
+    replayed: bool
+
+
+async def reconcile(ledger: Ledger, bundle: ActiveBundle, older_than: dt.datetime, evidence: dict[str, dict[str, Any]]) -> list[Resolution]:
+    """Resolve every reservation no settlement completed: streams that ended without
+    final usage (pending) and calls whose process died before settling (open, older
+    than ``older_than``). Usage from the provider's records (``evidence``, by request
+    id) replaces the charge; without it the conservative bound stays charged."""
+    resolutions = []
+    for item in await ledger.unresolved(older_than):
+        usage_record = evidence.get(item.request_id)
+        served = (usage_record or {}).get("served") or item.served
+        amounts = {charge["key"]: charge["amount"] for charge in item.charges}
+        tokens, cost, note = item.bound_tokens, item.bound_micro_usd, "no usage evidence: the conservative bound stays charged"
+        if usage_record is not None and served is not None:
+            usage = Usage(**{name: int(usage_record.get(name, 0)) for name in ("input", "output", "cache_read", "cache_write")})
+            price = bundle.prices.price_for(served["provider"], served["model"], served.get("region"), item.created_at.date())
+            if price is not None:
+                tokens = usage.input + usage.output + usage.cache_read + usage.cache_write
+                cost = price.cost(usage)
+                amounts = {charge["key"]: {"requests": 1, "tokens": tokens, "cost": cost}[charge["metric"]] for charge in item.charges}
+                note = "usage from the provider's records"
+        final = Final("reconciled", tokens, cost, amounts, usage_record, served, note)
+        outcome = await ledger.settle(item.id, item.charges, final)
+        resolutions.append(Resolution(item.id, item.state, cost, note, outcome.replayed))
+    return resolutions

@@ -105,11 +105,18 @@ def test_fallback_is_reauthorised_and_never_reaches_a_forbidden_model(gateway: G
     ]
 
 
-def test_provider_rate_limit_everywhere_reaches_the_client_as_429(gateway: Gateway, fakes: Fakes) -> None:
+def test_provider_rate_limit_reaches_the_client_and_cools_the_key(fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway()
     fakes.openai_main.script("gpt-4o-mini-2024-07-18", Fail(429, retry_after=7))
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"), max_retries=0)
     with pytest.raises(openai.RateLimitError) as limited:
-        openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"), max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=HI)
+        client.chat.completions.create(model="gpt-4o-mini", messages=HI)
     assert limited.value.response.headers["retry-after"] == "7"
+    # The key rests for the provider's retry-after: the next request does not reach it.
+    with pytest.raises(openai.RateLimitError) as resting:
+        client.chat.completions.create(model="gpt-4o-mini", messages=HI)
+    assert 0 < int(resting.value.response.headers["retry-after"]) <= 7
+    assert len(fakes.openai_main.received) == 1
 
 
 def test_timeout_fails_over(gateway: Gateway, fakes: Fakes) -> None:

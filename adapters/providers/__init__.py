@@ -1,7 +1,7 @@
 """Upstream model providers. ``anthropic`` and ``openai`` (any OpenAI-compatible
 server, vLLM included) are reached over HTTP with aiohttp; ``mock`` answers in-process
 for offline quickstarts. The gateway attaches a provider's credential only when it
-dispatches, and never forwards the client's."""
+dispatches (from its key pool, ``keys.py``), and never forwards the client's."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ class Provider(Protocol):
     protocol: str | None  # None: speaks whatever protocol the client does (mock)
 
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> UpstreamResponse: ...
-    def credential(self) -> str | None: ...
     async def close(self) -> None: ...
 
 

@@ -47,11 +47,7 @@ class HttpProvider:
         self.name = config.name
         self.protocol = protocol
         self._config = config
-        self._api_key = config.api_key()  # read once at start-up: a missing secret fails fast
         self._session: aiohttp.ClientSession | None = None
-
-    def credential(self) -> str | None:
-        return self._api_key
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:

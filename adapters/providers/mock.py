@@ -37,9 +37,6 @@ class MockProvider:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def credential(self) -> str | None:
-        return None
-
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> MockResponse:
         request = json.loads(body)
         words = _reply(request).split(" ")

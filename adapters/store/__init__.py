@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from portcullis.adapters.config import StoreConfig
 
 if TYPE_CHECKING:
+    from portcullis.adapters.providers.keys import Capacity
     from portcullis.adapters.store.ledger import Ledger
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -55,6 +56,7 @@ class Store:
     keys: KeyStore
     auth_failures: FailureCounter
     ledger: Ledger
+    capacity: Capacity  # provider keys' per-minute use and cooldowns
 
     async def close(self) -> None:
         await self.keys.close()
@@ -64,19 +66,20 @@ class Store:
 async def open_store(config: StoreConfig, max_failures: int, window: int, migrate: bool = False) -> Store:
     """Open the configured store. Embedded stores migrate themselves; a shared schema is
     migrated explicitly (``portcullis db migrate``) unless ``migrate`` is set."""
+    from portcullis.adapters.store.capacity import MemoryCapacity, RedisCapacity
     from portcullis.adapters.store.limiter import MemoryFailureCounter, RedisFailureCounter
 
     if config.kind == "embedded":
         from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
 
         sqlite = SqliteKeyStore.open(config.path)
-        return Store(sqlite, MemoryFailureCounter(max_failures, window), SqliteLedger(sqlite.connection))
+        return Store(sqlite, MemoryFailureCounter(max_failures, window), SqliteLedger(sqlite.connection), MemoryCapacity())
     from portcullis.adapters.store.postgres import PostgresKeyStore
     from portcullis.adapters.store.shared import SharedLedger
 
     keys = await PostgresKeyStore.open(config.url(config.database_url_env), migrate=migrate)
     failures = RedisFailureCounter(config.url(config.redis_url_env), max_failures, window, config.redis_prefix)
-    return Store(keys, failures, SharedLedger(failures.redis, keys.pool, config.redis_prefix))
+    return Store(keys, failures, SharedLedger(failures.redis, keys.pool, config.redis_prefix), RedisCapacity(failures.redis, config.redis_prefix))
 
 
 def migration_files(dialect: str) -> list[tuple[int, str, str]]:

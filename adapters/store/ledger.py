@@ -65,6 +65,11 @@ class Ledger(Protocol):
         change nothing. A reservation that is admitted is recorded durably."""
         ...
 
+    async def record(self, reservation: Reservation) -> None:
+        """Write a reservation durably without touching counters: for traffic that no
+        hard limit governs, served while the counters cannot be reached."""
+        ...
+
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
         """Replace a reservation's charges with final amounts. Safe to replay: only the
         first settlement of a reservation changes anything."""

@@ -194,6 +194,9 @@ class SharedLedger:
         value = {REQUESTS: requests, TOKENS: tokens, COST: cost}[metric]
         await self._redis.set(self._key(charge.key), int(value), nx=True, exat=int(charge.expires_at.timestamp()))
 
+    async def record(self, reservation: Reservation) -> None:
+        await self._record(reservation)
+
     async def _record(self, reservation: Reservation) -> None:
         principal, bound = reservation.principal, reservation.bound
         try:

@@ -110,30 +110,37 @@ class SqliteLedger:
                     "INSERT INTO counters (key, value, expires_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET value = value + excluded.value",
                     (charge.key, charge.amount, charge.expires_at.isoformat()),
                 )
-            principal = reservation.principal
-            bound = reservation.bound
-            self._db.execute(
-                "INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd, estimate, tokens,"
-                " cost_micro_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    reservation.id,
-                    reservation.request_id,
-                    reservation.subcall,
-                    principal.get("team"),
-                    principal.get("user"),
-                    principal.get("key_id"),
-                    reservation.charges_json(),
-                    bound.tokens,
-                    bound.cost_micro_usd,
-                    bound.estimate,
-                    bound.tokens,
-                    bound.cost_micro_usd,
-                    reservation.created_at.isoformat(),
-                ),
-            )
-            self._journal(reservation.id, "reserve", bound.tokens, bound.cost_micro_usd)
+            self._insert(reservation)
         self._cleanup()
         return verdict
+
+    async def record(self, reservation: Reservation) -> None:
+        with _transaction(self._db):
+            self._insert(reservation)
+
+    def _insert(self, reservation: Reservation) -> None:
+        principal = reservation.principal
+        bound = reservation.bound
+        self._db.execute(
+            "INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd, estimate, tokens,"
+            " cost_micro_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?)",
+            (
+                reservation.id,
+                reservation.request_id,
+                reservation.subcall,
+                principal.get("team"),
+                principal.get("user"),
+                principal.get("key_id"),
+                reservation.charges_json(),
+                bound.tokens,
+                bound.cost_micro_usd,
+                bound.estimate,
+                bound.tokens,
+                bound.cost_micro_usd,
+                reservation.created_at.isoformat(),
+            ),
+        )
+        self._journal(reservation.id, "reserve", bound.tokens, bound.cost_micro_usd)
 
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
         from_states = ("open", "pending") if final.state == "reconciled" else ("open",)
