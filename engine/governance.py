@@ -207,13 +207,14 @@ def settled_amounts(reserved: Iterable[Charge], tokens: int, cost_micro_usd: int
     return {charge.key: actual[charge.limit.metric] for charge in reserved}
 
 
-def crossed_thresholds(charge: Mapping[str, Any], before: int, after: int) -> list[int]:
-    """Budget thresholds (percent of the blocking, else the warning, limit) that moving
-    a charged counter from ``before`` to ``after`` crosses upwards."""
+def reached_thresholds(charge: Mapping[str, Any], value: int) -> list[int]:
+    """Budget thresholds (percent of the blocking, else the warning, limit) a counter's
+    value has reached. The ledger fires each once per counter instance; the value
+    includes open reservations, so a threshold may fire a little early, never late."""
     ceiling = charge.get("ceiling")
     if not ceiling:
         return []
-    return [t for t in charge.get("thresholds", ()) if before * 100 < t * ceiling <= after * 100]
+    return [t for t in charge.get("thresholds", ()) if value * 100 >= t * ceiling]
 
 
 # Counter instances are kept a little past their period so late settlements land.

@@ -107,7 +107,12 @@ TENANTS: dict[str, Any] = {
 
 
 def write_bundle(
-    directory: Path, tenants: dict[str, Any] | None = None, catalog: dict[str, Any] | None = None, revision: str = "test-1", extra: dict[str, str] | None = None
+    directory: Path,
+    tenants: dict[str, Any] | None = None,
+    catalog: dict[str, Any] | None = None,
+    revision: str = "test-1",
+    extra: dict[str, str] | None = None,
+    governance: dict[str, Any] | None = None,
 ) -> Path:
     """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
     if directory.exists():
@@ -119,6 +124,9 @@ def write_bundle(
     # Through JSON first: bundles refuse YAML aliases, which PyYAML emits for shared objects.
     (directory / "portcullis" / "tenants" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(tenants or TENANTS))))
     (directory / "portcullis" / "catalog" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(catalog or CATALOG))))
+    if governance is not None:
+        (directory / "portcullis" / "governance").mkdir()
+        (directory / "portcullis" / "governance" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"rules": governance}))))
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     for name, content in (extra or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)

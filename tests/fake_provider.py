@@ -117,6 +117,7 @@ _ANTHROPIC_ERRORS = {
 class FakeProvider:
     def __init__(self, api_key: str = "sk-fake-upstream", name: str = "fake") -> None:
         self.api_key = api_key
+        self.accepted_keys = {api_key}  # a provider account can hold several keys
         self.name = name
         self.received: list[Received] = []
         self._scripts: dict[str, collections.deque[Behaviour]] = collections.defaultdict(collections.deque)
@@ -142,6 +143,7 @@ class FakeProvider:
         with self._lock:
             self._scripts.clear()
             self.received.clear()
+            self.accepted_keys = {self.api_key}
 
     def requests_for(self, model: str) -> list[Received]:
         return [r for r in self.received if _model_of(r.body) == model]
@@ -179,7 +181,7 @@ class FakeProvider:
     async def _anthropic(self, request: Request) -> Response:
         body = await request.body()
         self.received.append(Received(request.url.path + (f"?{request.url.query}" if request.url.query else ""), dict(request.headers), body))
-        if request.headers.get("x-api-key") != self.api_key:
+        if request.headers.get("x-api-key") not in self.accepted_keys:
             return _anthropic_error(401, "invalid x-api-key")
         if "anthropic-version" not in request.headers:
             return _anthropic_error(400, "anthropic-version: header is required")
@@ -207,7 +209,7 @@ class FakeProvider:
     async def _openai(self, request: Request) -> Response:
         body = await request.body()
         self.received.append(Received(request.url.path, dict(request.headers), body))
-        if request.headers.get("authorization") != f"Bearer {self.api_key}":
+        if request.headers.get("authorization", "").removeprefix("Bearer ") not in self.accepted_keys:
             return _openai_error(401, "Incorrect API key provided.", "invalid_api_key")
         try:
             payload = json.loads(body)

@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, settle_deltas
-from portcullis.engine.governance import COST, REQUESTS, TOKENS, Verdict, crossed_thresholds, period_range
+from portcullis.engine.governance import COST, REQUESTS, TOKENS, Verdict, period_range, reached_thresholds
 
 log = logging.getLogger("portcullis.ledger")
 
@@ -80,6 +80,7 @@ class SharedLedger:
         self._clock = clock
         self._reserve_script = redis.register_script(_RESERVE)
         self._settle_script = redis.register_script(_SETTLE)
+        self._fired: set[tuple[str, int]] = set()
 
     def _key(self, counter: str) -> str:
         return f"{self._prefix}counter:{counter}"
@@ -146,12 +147,12 @@ class SharedLedger:
             # until their period ends or `portcullis ledger reconcile --reload-counters`.
             log.error("settlement of %s recorded, but Redis counters were not adjusted (%s)", reservation_id, type(error).__name__)
             return Outcome(final.state)
-        crossings = []
-        for (key, delta), value in zip(deltas.items(), after, strict=False):
+        reached = []
+        for key, value in zip(deltas, after, strict=False):
             charge = next(c for c in charges if c["key"] == key)
             if value >= 0:
-                crossings += [(key, threshold) for threshold in crossed_thresholds(charge, value - delta, value)]
-        return Outcome(final.state, thresholds=tuple(await self._fire_once(crossings)))
+                reached += [(key, t) for t in reached_thresholds(charge, value) if (key, t) not in self._fired]
+        return Outcome(final.state, thresholds=tuple(await self._fire_once(reached)))
 
     async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]:
         async with self._pool.connection(timeout=5) as connection:
@@ -237,12 +238,14 @@ class SharedLedger:
         except RedisError:
             log.error("reservation %s could not be taken back from Redis; its counters hold it until their period ends", reservation.id)
 
-    async def _fire_once(self, crossings: list[tuple[str, int]]) -> list[tuple[str, int]]:
-        fired = []
-        if not crossings:
+    async def _fire_once(self, reached: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The thresholds that fire now: each (counter, threshold) once across replicas."""
+        fired: list[tuple[str, int]] = []
+        if not reached:
             return fired
         async with self._pool.connection(timeout=5) as connection:
-            for key, threshold in crossings:
+            for key, threshold in reached:
+                self._fired.add((key, threshold))  # known from here on: not asked again
                 cursor = await connection.execute(
                     "INSERT INTO threshold_events (counter, threshold, fired_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING counter",
                     (key, threshold, self._clock()),

@@ -12,7 +12,7 @@ from typing import Any
 
 from portcullis.adapters.store import KeyRecord, migration_files
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, settle_deltas
-from portcullis.engine.governance import Verdict, crossed_thresholds, judge
+from portcullis.engine.governance import Verdict, judge, reached_thresholds
 
 
 class SqliteKeyStore:
@@ -159,7 +159,7 @@ class SqliteLedger:
                 if after is None:
                     continue  # the counter's period is long over
                 charge = next(c for c in charges if c["key"] == key)
-                for threshold in crossed_thresholds(charge, after[0] - delta, after[0]):
+                for threshold in reached_thresholds(charge, after[0]):
                     fired = self._db.execute("INSERT OR IGNORE INTO threshold_events (counter, threshold, fired_at) VALUES (?, ?, ?)", (key, threshold, now))
                     if fired.rowcount:
                         crossings.append((key, threshold))
