@@ -43,7 +43,11 @@ test: install-dev
 	exit $$status
 
 bench: install-dev
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	@eval "$$($(BIN)/python scripts/test_services.py start)" || exit 1; \
+	status=0; \
+	$(BIN)/python bench/run.py $(BENCH_ARGS) || status=1; \
+	$(BIN)/python scripts/test_services.py stop; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) .portcullis .pytest_cache .ruff_cache

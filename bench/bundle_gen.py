@@ -50,7 +50,7 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
             {"provider": PROVIDERS[family], "model": f"{name}-upstream", "effective_from": "2025-01-01", "usd_per_mtok": {"input": "3", "output": "15"}}
         )
     tenants: dict[str, Any] = {"teams": {}}
-    rules: dict[str, Any] = {"org-rate": {"subject": {}, "rate": {"rpm": 100000}}}
+    rules: dict[str, Any] = {"org-rate": {"subject": {}, "rate": {"rpm": 100_000_000}}}
     for t in range(teams):
         grants = ["claude-*", "gpt-*"] if t % 3 else ["*"]
         team: dict[str, Any] = {"models": [*grants, f"glm-m{(t * 4 + 2) % models}"], "users": {}}
@@ -66,13 +66,15 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
         tenants["teams"][f"team{t}"] = team
         rules[f"team{t}-month"] = {"subject": {"team": f"team{t}"}, "budget": {"limit_usd": "5000", "period": "CalendarMonth"}}
         rules[f"team{t}-day"] = {"subject": {"team": f"team{t}"}, "budget": {"limit_usd": "400", "period": "CalendarDay"}, "failure_policy": "Warn"}
-        rules[f"team{t}-users"] = {"subject": {"team": f"team{t}", "per": "user"}, "rate": {"rpm": 300, "tpm": 1000000}}
+        rules[f"team{t}-users"] = {"subject": {"team": f"team{t}", "per": "user"}, "rate": {"rpm": 10_000_000, "tpm": 10**12}}
         rules[f"team{t}-lead"] = {"subject": {"team": f"team{t}", "user": f"user{t}-0"}, "quota": {"tokens_per_day": 20000000}}
     return tenants, catalog, {"rules": rules}
 
 
-def write(directory: Path, revision: str = "bench-1") -> Path:
+def write(directory: Path, revision: str = "bench-1", rules: bool = True) -> Path:
     tenants, catalog, governance = generate()
+    if not rules:
+        governance = {"rules": {}}
     if directory.exists():
         shutil.rmtree(directory)
     for section, document in (("tenants", tenants), ("catalog", catalog), ("governance", governance)):

@@ -1,19 +1,26 @@
-"""Portcullis benchmark: the gateway beside its baseline, in one run.
+"""Portcullis benchmark: the gateway beside its baselines, in one run.
 
     make bench                      # or: .venv/bin/python bench/run.py --duration 5 --concurrency 1,16,64
 
-Prints, for each scenario and concurrency, p50/p99 latency and requests per second
-going straight to the fake provider and going through the gateway, the latency the
-gateway adds, the gateway's resident memory, and the policy decision latency on a
-generated 50-team / 500-user / 40-model bundle with and without the per-bundle index.
+Prints, on a generated 50-team / 500-user / 40-model bundle with 201 governance rules:
+1. for each scenario and concurrency, p50/p99 and requests per second straight to the
+   fake provider and through the gateway (embedded store), and the latency it adds;
+2. the same chat request through the gateway with the embedded store, with Redis +
+   PostgreSQL, and with no governance rules at all;
+3. what one reservation plus its settlement costs in each ledger, called directly;
+4. the policy decision latency with and without the per-bundle index;
+5. the gateway's resident memory.
 
-Load comes from wrk (a Python load generator tops out below what the gateway serves
-on these cores); wrk, the fake provider and the gateway share the machine's cores.
+Load comes from wrk (a Python load generator tops out below what the gateway serves on
+these cores); wrk, the fake provider and the gateway share the machine's cores.
+PostgreSQL and Redis come from DATABASE_URL / REDIS_URL (`make bench` provides them).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import datetime as dt
 import json
 import os
 import random
@@ -25,10 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +48,7 @@ from bench import bundle_gen  # noqa: E402
 
 UPSTREAM_KEY = "sk-bench-upstream"
 CHAT = [{"role": "user", "content": "Summarise the quarterly report in three bullet points."}]
+CLI = [sys.executable, "-m", "portcullis.adapters.cli"]
 
 
 def free_port() -> int:
@@ -98,11 +109,85 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
+@contextmanager
+def scratch_database(admin_url: str):
+    name = f"portcullis_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield psycopg.conninfo.make_conninfo(admin_url, dbname=name)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Gateway:
+    """A `portcullis serve` process on a bundle and a store, with a key for team1."""
+
+    def __init__(self, workdir: Path, name: str, fake_port: int, bundle: Path, store: dict[str, Any], env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        directory = workdir / name
+        directory.mkdir()
+        config = {
+            "listen": {"host": "127.0.0.1", "port": self.port},
+            "policy": {"bundle": str(bundle), "watch_interval_seconds": 0},
+            "providers": [
+                {"name": "fake-anthropic", "type": "anthropic", "base_url": f"http://127.0.0.1:{fake_port}", "api_key_env": "BENCH_UPSTREAM_KEY"},
+                {"name": "fake-openai", "type": "openai", "base_url": f"http://127.0.0.1:{fake_port}/v1", "api_key_env": "BENCH_UPSTREAM_KEY"},
+            ],
+            "store": {**store, "path": str(directory / "state.db")} if store["kind"] == "embedded" else store,
+            "audit": {"path": str(directory / "audit.jsonl")},
+        }
+        path = directory / "portcullis.yaml"
+        path.write_text(yaml.safe_dump(config))
+        environment = {**os.environ, "BENCH_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "WARNING", **env}
+        if store["kind"] == "shared":
+            subprocess.run([*CLI, "db", "migrate", "--config", str(path)], capture_output=True, env=environment, check=True)
+        created = subprocess.run(
+            [*CLI, "keys", "create", "--config", str(path), "--team", "team1"], capture_output=True, text=True, env=environment, check=True
+        )
+        self.key = created.stdout.strip()
+        log = directory / "gateway.log"
+        self.process = subprocess.Popen([*CLI, "serve", "--config", str(path)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=environment, cwd=ROOT)
+        wait_ready(f"{self.url}/healthz", self.process, log)
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=15)
+
+
+def scenarios(key: str) -> list[tuple[str, str, dict[str, Any], str, dict[str, str], dict[str, str]]]:
+    anthropic_headers = {"anthropic-version": "2023-06-01"}
+    openai_direct, openai_gateway = {"authorization": f"Bearer {UPSTREAM_KEY}"}, {"authorization": f"Bearer {key}"}
+    messages_direct, messages_gateway = {"x-api-key": UPSTREAM_KEY, **anthropic_headers}, {"x-api-key": key, **anthropic_headers}
+    stream_chat = {"model": "gpt-m1", "messages": CHAT, "max_tokens": 64, "stream": True, "stream_options": {"include_usage": True}}
+    return [
+        ("chat", "/v1/chat/completions", {"model": "gpt-m1", "messages": CHAT, "max_tokens": 64}, "gpt-m1-upstream", openai_direct, openai_gateway),
+        ("chat stream", "/v1/chat/completions", stream_chat, "gpt-m1-upstream", openai_direct, openai_gateway),
+        (
+            "messages (alias)",
+            "/v1/messages",
+            {"model": "claude-m0-latest", "messages": CHAT, "max_tokens": 64},
+            "claude-m0-upstream",
+            messages_direct,
+            messages_gateway,
+        ),
+        (
+            "messages stream",
+            "/v1/messages",
+            {"model": "claude-m0", "messages": CHAT, "max_tokens": 64, "stream": True},
+            "claude-m0-upstream",
+            messages_direct,
+            messages_gateway,
+        ),
+    ]
+
+
 def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
     """Median and p99 of one decision, with the per-bundle index (as served) and
-    without it (the rules matching globs and sorting targets on every request)."""
-    import datetime as dt
-
+    without it (the rules matching globs, sorting targets and merging governance
+    rules on every request)."""
     from portcullis.engine.activation import activate
     from portcullis.engine.bundle import parse_bundle, read_bundle_files
     from portcullis.engine.rego import Policy
@@ -116,12 +201,8 @@ def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
     for _ in range(samples):
         team = rng.choice(teams)
         user = rng.choice([None, *tenants["teams"][team]["users"]])
-        inputs.append(
-            {
-                "principal": {"team": team, "user": user, "key_id": "k"},
-                "request": {"model": rng.choice(names), "requires": ["streaming", "tools"], "protocol": "openai_chat", "stream": True},
-            }
-        )
+        request = {"model": rng.choice(names), "requires": ["streaming", "tools"], "protocol": "openai_chat", "stream": True}
+        inputs.append({"principal": {"team": team, "user": user, "key_id": f"key_{rng.randrange(1 << 40):016x}"}, "request": request})
     results = {}
     for label, policy in (("indexed (served)", active.policy), ("no index (baseline)", Policy(active.bundle.modules, active.bundle.data))):
         timings = []
@@ -134,18 +215,82 @@ def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
     return results
 
 
+def ledger_costs(database_url: str, redis_url: str, workdir: Path, calls: int) -> dict[str, dict[str, float]]:
+    """One reservation and its settlement, called directly, in each ledger: the cost
+    governance adds per request, beside a request with nothing to meter."""
+    import redis.asyncio as aioredis
+
+    from portcullis.adapters.store.ledger import Final, Reservation
+    from portcullis.adapters.store.postgres import PostgresKeyStore
+    from portcullis.adapters.store.shared import SharedLedger
+    from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
+    from portcullis.engine.governance import Bound, CounterLimit, Limits, charges
+
+    limits = Limits(
+        (
+            CounterLimit("team:bench", "cost", "month", 10**15, None, True, ("m",), (80, 95)),
+            CounterLimit("team:bench", "cost", "day", None, 10**14, False, ("d",), ()),
+            CounterLimit("user:bench/u", "requests", "minute", 10**9, None, True, ("r",), ()),
+            CounterLimit("user:bench/u", "tokens", "minute", 10**15, None, True, ("r",), ()),
+        )
+    )
+
+    async def measure(ledger: Any, with_counters: bool) -> dict[str, float]:
+        timings = []
+        for _ in range(calls):
+            now = dt.datetime.now(dt.UTC)
+            bound = Bound(2000, 50_000, "bench")
+            reservation = Reservation(
+                f"req_{uuid.uuid4().hex}",
+                "r",
+                "main",
+                {"team": "bench", "user": "u", "key_id": "k"},
+                tuple(charges(limits, bound, now)) if with_counters else (),
+                bound,
+                now,
+            )
+            started = time.perf_counter_ns()
+            await ledger.reserve(reservation)
+            amounts = {c.key: 1 if c.limit.metric == "requests" else 300 for c in reservation.charges}
+            await ledger.settle(reservation.id, reservation.charge_records(), Final("settled", 300, 1_000, amounts))
+            timings.append((time.perf_counter_ns() - started) / 1000)
+        timings.sort()
+        return {"median_us": statistics.median(timings), "p99_us": timings[int(len(timings) * 0.99)]}
+
+    async def main() -> dict[str, dict[str, float]]:
+        results = {}
+        sqlite = SqliteKeyStore.open(workdir / "ledger-bench.db")
+        embedded = SqliteLedger(sqlite.connection)
+        results["embedded (SQLite), 4 counters"] = await measure(embedded, True)
+        results["embedded (SQLite), no counters"] = await measure(embedded, False)
+        await sqlite.close()
+        keys = await PostgresKeyStore.open(database_url)
+        client = aioredis.Redis.from_url(redis_url)
+        shared = SharedLedger(client, keys.pool, f"portcullis-bench-{uuid.uuid4().hex[:6]}:")
+        results["shared (Redis + PostgreSQL), 4 counters"] = await measure(shared, True)
+        results["shared (Redis + PostgreSQL), no counters"] = await measure(shared, False)
+        await client.aclose()
+        await keys.close()
+        return results
+
+    return asyncio.run(main())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--decisions", type=int, default=20000)
+    parser.add_argument("--ledger-calls", type=int, default=2000)
     args = parser.parse_args()
     wrk_bin = ensure_wrk()
     levels = [int(c) for c in args.concurrency.split(",")]
+    admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
-    with tempfile.TemporaryDirectory(prefix="portcullis-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="portcullis-bench-") as tmp, scratch_database(admin_url) as database_url:
         workdir = Path(tmp)
-        fake_port, gateway_port = free_port(), free_port()
+        fake_port = free_port()
         fake_log = workdir / "fake.log"
         fake = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "fake_provider.py"), "--port", str(fake_port), "--api-key", UPSTREAM_KEY],
@@ -153,85 +298,59 @@ def main() -> None:
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
-        gateway = None
+        running: list[Gateway] = []
         try:
             wait_ready(f"http://127.0.0.1:{fake_port}/", fake, fake_log)
-            bundle = bundle_gen.write(workdir / "bundle")
-            config = {
-                "listen": {"host": "127.0.0.1", "port": gateway_port},
-                "policy": {"bundle": str(bundle), "watch_interval_seconds": 0},
-                "providers": [
-                    {"name": "fake-anthropic", "type": "anthropic", "base_url": f"http://127.0.0.1:{fake_port}", "api_key_env": "BENCH_UPSTREAM_KEY"},
-                    {"name": "fake-openai", "type": "openai", "base_url": f"http://127.0.0.1:{fake_port}/v1", "api_key_env": "BENCH_UPSTREAM_KEY"},
-                ],
-                "store": {"kind": "embedded", "path": str(workdir / "state.db")},
-                "audit": {"path": str(workdir / "audit.jsonl")},
-            }
-            config_path = workdir / "portcullis.yaml"
-            config_path.write_text(yaml.safe_dump(config))
-            env = {**os.environ, "BENCH_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "WARNING"}
-            cli = [sys.executable, "-m", "portcullis.adapters.cli"]
-            key = subprocess.run(
-                [*cli, "keys", "create", "--config", str(config_path), "--team", "team1"], capture_output=True, text=True, env=env, check=True
-            ).stdout.strip()
-            gateway_log = workdir / "gateway.log"
-            gateway = subprocess.Popen([*cli, "serve", "--config", str(config_path)], stdout=gateway_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-            gateway_url = f"http://127.0.0.1:{gateway_port}"
-            wait_ready(f"{gateway_url}/healthz", gateway, gateway_log)
             fake_url = f"http://127.0.0.1:{fake_port}"
-            anthropic_headers = {"anthropic-version": "2023-06-01"}
-            scenarios = [
-                (
-                    "chat",
-                    "/v1/chat/completions",
-                    {"model": "gpt-m1", "messages": CHAT, "max_tokens": 64},
-                    "gpt-m1-upstream",
-                    {"authorization": f"Bearer {UPSTREAM_KEY}"},
-                    {"authorization": f"Bearer {key}"},
-                ),
-                (
-                    "chat stream",
-                    "/v1/chat/completions",
-                    {"model": "gpt-m1", "messages": CHAT, "max_tokens": 64, "stream": True, "stream_options": {"include_usage": True}},
-                    "gpt-m1-upstream",
-                    {"authorization": f"Bearer {UPSTREAM_KEY}"},
-                    {"authorization": f"Bearer {key}"},
-                ),
-                (
-                    "messages (alias)",
-                    "/v1/messages",
-                    {"model": "claude-m0-latest", "messages": CHAT, "max_tokens": 64},
-                    "claude-m0-upstream",
-                    {"x-api-key": UPSTREAM_KEY, **anthropic_headers},
-                    {"x-api-key": key, **anthropic_headers},
-                ),
-                (
-                    "messages stream",
-                    "/v1/messages",
-                    {"model": "claude-m0", "messages": CHAT, "max_tokens": 64, "stream": True},
-                    "claude-m0-upstream",
-                    {"x-api-key": UPSTREAM_KEY, **anthropic_headers},
-                    {"x-api-key": key, **anthropic_headers},
-                ),
-            ]
+            bundle = bundle_gen.write(workdir / "bundle")
+            ungoverned = bundle_gen.write(workdir / "bundle-no-rules", rules=False)
+
+            gateway = Gateway(workdir, "embedded", fake_port, bundle, {"kind": "embedded"}, {})
+            running.append(gateway)
             rows = []
-            for name, path, body, upstream_model, direct_headers, gateway_headers in scenarios:
-                warm = httpx.post(f"{gateway_url}{path}", json=body, headers=gateway_headers, timeout=10)
+            for name, path, body, upstream_model, direct_headers, gateway_headers in scenarios(gateway.key):
+                warm = httpx.post(f"{gateway.url}{path}", json=body, headers=gateway_headers, timeout=10)
                 if warm.status_code != 200:
                     sys.exit(f"bench: {name} through the gateway answered {warm.status_code}: {warm.text}")
                 for connections in levels:
                     direct = wrk(wrk_bin, f"{fake_url}{path}", {**body, "model": upstream_model}, direct_headers, connections, args.duration, workdir)
-                    through = wrk(wrk_bin, f"{gateway_url}{path}", body, gateway_headers, connections, args.duration, workdir)
+                    through = wrk(wrk_bin, f"{gateway.url}{path}", body, gateway_headers, connections, args.duration, workdir)
                     rows.append({"scenario": name, "concurrency": connections, "direct": direct, "gateway": through})
-            rss, peak = rss_mb(gateway.pid)
+            rss, peak = rss_mb(gateway.process.pid)
+            gateway.stop()
+            running.remove(gateway)
+
+            shared_env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url}
+            shared_store = {"kind": "shared", "redis_prefix": f"portcullis-bench-{uuid.uuid4().hex[:6]}:"}
+            stores = []
+            for label, store, env, source in (
+                ("embedded store", {"kind": "embedded"}, {}, bundle),
+                ("Redis + PostgreSQL", shared_store, shared_env, bundle),
+                ("no governance rules", {"kind": "embedded"}, {}, ungoverned),
+            ):
+                candidate = Gateway(workdir, label.replace(" ", "-").replace("+", ""), fake_port, source, store, env)
+                running.append(candidate)
+                name, path, body, _, _, gateway_headers = scenarios(candidate.key)[0]
+                gateway_headers = {"authorization": f"Bearer {candidate.key}"}
+                for connections in (1, 16):
+                    stores.append(
+                        {
+                            "store": label,
+                            "concurrency": connections,
+                            **wrk(wrk_bin, f"{candidate.url}{path}", body, gateway_headers, connections, args.duration, workdir),
+                        }
+                    )
+                candidate.stop()
+                running.remove(candidate)
         finally:
-            for process in (gateway, fake):
-                if process is not None:
-                    process.send_signal(signal.SIGTERM)
-                    process.wait(timeout=15)
+            for process in [g.process for g in running] + [fake]:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=15)
+        ledger = ledger_costs(database_url, redis_url, workdir, args.ledger_calls)
         decisions = decision_latency(bundle, args.decisions)
 
-    print(f"\nPortcullis benchmark — {os.cpu_count()} cores shared by wrk, the fake provider and the gateway; {args.duration}s per run\n")
+    print(f"\nPortcullis benchmark — {os.cpu_count()} cores shared by wrk, the fake provider and the gateway; {args.duration}s per run")
+    print("bundle: 50 teams, 500 users, 40 models, 201 governance rules; gateway with the embedded store\n")
     print(
         f"{'scenario':<18}{'conc':>5} | {'direct p50':>10} {'p99':>8} {'req/s':>8} | "
         f"{'gateway p50':>11} {'p99':>8} {'req/s':>8} | {'added p50':>9} {'errors':>6}"
@@ -244,12 +363,20 @@ def main() -> None:
             f"{g['p50_ms']:>9.2f}ms {g['p99_ms']:>6.2f}ms {g['rps']:>8.0f} | {g['p50_ms'] - d['p50_ms']:>7.2f}ms {int(d['errors'] + g['errors']):>6}"
         )
     print(f"\ngateway RSS after the runs: {rss:.0f} MB (peak {peak:.0f} MB)")
-    print(f"\npolicy decision, 50 teams / 500 users / 40 models, {args.decisions} mixed requests (regorus, one thread):")
+    print("\nchat through the gateway, by store (governance reserves before and settles after every request):")
+    for row in stores:
+        figures = f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  {row['rps']:7.0f} req/s  errors {row['errors']}"
+        print(f"  {row['store']:<22} conc {row['concurrency']:>3}: {figures}")
+    print(f"\nreservation + settlement, called directly, {args.ledger_calls} sequential calls:")
+    for label, figures in ledger.items():
+        print(f"  {label:<42} median {figures['median_us']:7.1f} µs   p99 {figures['p99_us']:7.1f} µs")
+    print(f"\npolicy decision, {args.decisions} mixed requests (regorus, one thread):")
     for label, figures in decisions.items():
         print(f"  {label:<20} median {figures['median_us']:7.1f} µs   p99 {figures['p99_us']:7.1f} µs")
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)
-    (results / "latest.json").write_text(json.dumps({"runs": rows, "rss_mb": rss, "peak_rss_mb": peak, "decisions": decisions}, indent=2))
+    document = {"runs": rows, "stores": stores, "ledger": ledger, "rss_mb": rss, "peak_rss_mb": peak, "decisions": decisions}
+    (results / "latest.json").write_text(json.dumps(document, indent=2))
 
 
 if __name__ == "__main__":

@@ -120,10 +120,6 @@ def period_end(period: str, now: dt.datetime) -> dt.datetime:
     return (first + dt.timedelta(days=32)).replace(day=1)
 
 
-def counter_key(counter: CounterLimit, now: dt.datetime) -> str:
-    return f"{counter.scope}|{counter.metric}|{period_key(counter.period, now)}"
-
-
 @dataclass(frozen=True)
 class Charge:
     """An amount against one counter instance, with the limits that govern it."""
@@ -162,10 +158,10 @@ def bound_for(sizes: Iterable[tuple[int, int, Price]], estimate: str) -> Bound:
 def charges(limits: Limits, bound: Bound, now: dt.datetime) -> list[Charge]:
     """What reserving ``bound`` charges to each of the request's counters."""
     amounts = {REQUESTS: 1, TOKENS: bound.tokens, COST: bound.cost_micro_usd}
-    return [
-        Charge(counter_key(counter, now), counter, amounts[counter.metric], period_end(counter.period, now) + _GRACE[counter.period])
-        for counter in limits.counters
-    ]
+    periods = {counter.period for counter in limits.counters}
+    instances = {period: period_key(period, now) for period in periods}
+    expiries = {period: period_end(period, now) + _GRACE[period] for period in periods}
+    return [Charge(f"{c.scope}|{c.metric}|{instances[c.period]}", c, amounts[c.metric], expiries[c.period]) for c in limits.counters]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ class PostgresKeyStore:
 
     @classmethod
     async def open(cls, url: str, migrate: bool = False) -> PostgresKeyStore:
-        pool = AsyncConnectionPool(url, min_size=1, max_size=10, open=False, kwargs={"autocommit": True})
+        pool = AsyncConnectionPool(url, min_size=2, max_size=32, open=False, kwargs={"autocommit": True})
         try:
             await pool.open(wait=True, timeout=10)
         except Exception as error:

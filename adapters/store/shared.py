@@ -69,6 +69,26 @@ end
 return after
 """
 
+# One statement, so one round trip and one transaction: lock the row, move it to its
+# final state only from an allowed one, journal the change, record a reconciliation.
+# A concurrent replay waits on the row lock, then finds the state moved on: no change.
+_SETTLE_SQL = """
+WITH previous AS (
+    SELECT state, tokens, cost_micro_usd FROM reservations WHERE id = %(id)s FOR UPDATE
+), updated AS (
+    UPDATE reservations SET state = %(state)s, tokens = %(tokens)s, cost_micro_usd = %(cost)s, usage = %(usage)s, served = %(served)s,
+           resolved_at = %(now)s
+    WHERE id = %(id)s AND state = ANY(%(from)s) RETURNING id
+), journal AS (
+    INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at)
+    SELECT %(id)s, %(entry)s, %(tokens)s - previous.tokens, %(cost)s - previous.cost_micro_usd, %(now)s FROM previous, updated
+), reconciliation AS (
+    INSERT INTO reconciliations (reservation_id, resolution, tokens, cost_micro_usd, note, created_at)
+    SELECT %(id)s, previous.state, %(tokens)s, %(cost)s, %(note)s, %(now)s FROM previous, updated WHERE %(reconcile)s
+)
+SELECT previous.state, EXISTS (SELECT 1 FROM updated) FROM previous
+"""
+
 _MARKER_SECONDS = 40 * 24 * 3600
 
 
@@ -117,26 +137,28 @@ class SharedLedger:
         from_states = ["open", "pending"] if final.state == "reconciled" else ["open"]
         now = self._clock()
         try:
-            async with self._pool.connection(timeout=5) as connection, connection.transaction():
-                cursor = await connection.execute("SELECT state, tokens, cost_micro_usd FROM reservations WHERE id = %s FOR UPDATE", (reservation_id,))
+            async with self._pool.connection(timeout=5) as connection:
+                cursor = await connection.execute(
+                    _SETTLE_SQL,
+                    {
+                        "id": reservation_id,
+                        "from": from_states,
+                        "state": final.state,
+                        "entry": "settle" if final.state == "settled" else final.state,
+                        "tokens": final.tokens,
+                        "cost": final.cost_micro_usd,
+                        "usage": _json(final.usage),
+                        "served": _json(final.served),
+                        "note": final.note,
+                        "reconcile": final.state == "reconciled",
+                        "now": now,
+                    },
+                )
                 row = await cursor.fetchone()
-                if row is None or row[0] not in from_states:
-                    return Outcome(row[0] if row else "unknown", replayed=True)
-                await connection.execute(
-                    "UPDATE reservations SET state = %s, tokens = %s, cost_micro_usd = %s, usage = %s, served = %s, resolved_at = %s WHERE id = %s",
-                    (final.state, final.tokens, final.cost_micro_usd, _json(final.usage), _json(final.served), now, reservation_id),
-                )
-                await connection.execute(
-                    "INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at) VALUES (%s, %s, %s, %s, %s)",
-                    (reservation_id, "settle" if final.state == "settled" else final.state, final.tokens - row[1], final.cost_micro_usd - row[2], now),
-                )
-                if final.state == "reconciled":
-                    await connection.execute(
-                        "INSERT INTO reconciliations (reservation_id, resolution, tokens, cost_micro_usd, note, created_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                        (reservation_id, row[0], final.tokens, final.cost_micro_usd, final.note, now),
-                    )
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+        if row is None or not row[1]:
+            return Outcome(row[0] if row else "unknown", replayed=True)
         deltas = settle_deltas(charges, final.amounts)
         try:
             after = await self._settle_script(

@@ -28,6 +28,9 @@ class SqliteKeyStore:
         # for a thread hop; busy_timeout covers the CLI writing at the same moment.
         connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         connection.execute("PRAGMA journal_mode=WAL")
+        # A commit survives a crash of the process, not of the machine: the embedded store
+        # trades power-loss durability for not waiting on the disk (use the shared store for it).
+        connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute("PRAGMA busy_timeout=5000")
         return cls(connection, migrate(connection))
 
