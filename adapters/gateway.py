@@ -136,7 +136,7 @@ class Gateway:
             return await self._dispatch(exchange)
         except Exception:  # a gateway bug: the started record still gets its outcome
             log.exception("request %s: unexpected error during dispatch", exchange.request_id)
-            return self._finish_failed(exchange, GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error"))
+            return await self._finish_failed(exchange, GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error"))
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
         """Stage 7: try authorised targets in order until one answers. Nothing has been
@@ -177,7 +177,7 @@ class Gateway:
                 if upstream.status == 429:
                     await _quietly(pool.cool_down(key, error.retry_after))
                 if upstream.status in CLIENT_ERROR_STATUS:
-                    return self._finish_failed(exchange, error)
+                    return await self._finish_failed(exchange, error)
                 last_error = error
                 continue
             try:
@@ -187,7 +187,7 @@ class Gateway:
             except _TryNext as retry:
                 self._attempt(exchange, target, retry.reason)
                 last_error = retry.error
-        return self._finish_failed(exchange, last_error)
+        return await self._finish_failed(exchange, last_error)
 
     async def _relay_body(self, exchange: Exchange, target: Target, pair: Route, upstream: UpstreamResponse) -> Response:
         try:
@@ -206,7 +206,7 @@ class Gateway:
         try:
             body = pair.client_body(raw, document, int(time.time()))
         except GatewayError as error:
-            return self._finish_failed(exchange, error)
+            return await self._finish_failed(exchange, error)
         await self._settle(exchange)
         self._audit.append("request_finished", **self._outcome_record(exchange, "ok"))
         self._log(exchange, 200)
@@ -313,7 +313,10 @@ class Gateway:
     def _attempt(self, exchange: Exchange, target: Target, outcome: str, status: int | None = None) -> None:
         exchange.attempts.append({**target.describe(), "outcome": outcome, "status": status})
 
-    def _finish_failed(self, exchange: Exchange, error: GatewayError) -> Response:
+    async def _finish_failed(self, exchange: Exchange, error: GatewayError) -> Response:
+        """A request that got no usable answer: settle what it reserved (released, or
+        held pending when a provider may have done the work), record it, refuse it."""
+        await self._settle(exchange)
         self._audit.append("request_failed", **self._outcome_record(exchange, "failed"), error={"kind": error.kind.name.lower(), "code": error.code})
         return self._error(exchange, error)
 

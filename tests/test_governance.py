@@ -399,3 +399,29 @@ def test_cooling_keys_everywhere_fail_over_to_the_next_target(tmp_path: Path, fr
     assert response.status_code == 200 and len(fakes.anthropic_eu.received) == 1
     attempts = gateway.outcome(response.headers["x-portcullis-request-id"])["attempts"]
     assert [a["outcome"] for a in attempts] == ["no_capacity", "ok"]
+
+
+def test_a_request_that_fails_everywhere_releases_its_reservation(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    team = unique_team()
+    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.06", "period": "CalendarDay"}}}
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
+    key = gateway.key(team)
+    fakes.anthropic_us.script(METERED_UPSTREAM, Fail(503), Fail(400))
+    for expected in (502, 400, 200, 200):  # failures cost nothing and hold nothing back
+        response = httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(key))
+        assert response.status_code == expected, response.text
+        assert gateway.outcome(response.headers["x-portcullis-request-id"]).get("settlement") in ("released", "settled")
+
+
+def test_a_timeout_keeps_the_bound_pending(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    from tests.fake_provider import Hang
+
+    team = unique_team()
+    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.06", "period": "CalendarDay"}}}
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
+    key = gateway.key(team)
+    fakes.anthropic_us.script(METERED_UPSTREAM, Hang(5))  # the provider may have done, and billed, the work
+    timed_out = httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(key), timeout=30)
+    assert timed_out.status_code == 504
+    assert gateway.outcome(timed_out.headers["x-portcullis-request-id"])["settlement"] == "pending"
+    assert httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(key)).status_code == 402

@@ -160,6 +160,8 @@ class SharedLedger:
         if row is None or not row[1]:
             return Outcome(row[0] if row else "unknown", replayed=True)
         deltas = settle_deltas(charges, final.amounts)
+        if not deltas:
+            return Outcome(final.state)
         try:
             after = await self._settle_script(
                 keys=[f"{self._prefix}settled:{reservation_id}:{final.state}", *(self._key(key) for key in deltas)], args=[_MARKER_SECONDS, *deltas.values()]
