@@ -205,3 +205,37 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_the_journal_records_every_move(tmp_path: Path, services) -> None:
+    """The database writes the journal itself: every reservation and state change, whose
+    deltas add up to what the reservation is charged now."""
+    import sqlite3
+
+    import psycopg
+
+    team = f"t{uuid.uuid4().hex[:8]}"
+
+    async def exercise(ledger: Any) -> str:
+        res = reservation(team)
+        await ledger.reserve(res)
+        await ledger.settle(res.id, res.charge_records(), settled(res, 12_000))
+        await ledger.settle(res.id, res.charge_records(), settled(res, 12_000))  # a replay journals nothing
+        return res.id
+
+    async def embedded() -> str:
+        async with open_ledger("embedded", tmp_path, None) as ledger:
+            return await exercise(ledger)
+
+    async def shared() -> str:
+        async with open_ledger("shared", tmp_path, services) as ledger:
+            return await exercise(ledger)
+
+    reservation_id = asyncio.run(embedded())
+    with sqlite3.connect(tmp_path / "ledger.db") as connection:
+        rows = connection.execute("SELECT entry, cost_delta FROM spend_journal WHERE reservation_id = ? ORDER BY id", (reservation_id,)).fetchall()
+    assert rows == [("reserve", 30_000), ("settled", -18_000)]
+    reservation_id = asyncio.run(shared())
+    with psycopg.connect(services.database_url) as connection:
+        rows = connection.execute("SELECT entry, cost_delta FROM spend_journal WHERE reservation_id = %s ORDER BY id", (reservation_id,)).fetchall()
+    assert rows == [("reserve", 30_000), ("settled", -18_000)]

@@ -70,7 +70,8 @@ return after
 """
 
 # One statement, so one round trip and one transaction: lock the row, move it to its
-# final state only from an allowed one, journal the change, record a reconciliation.
+# final state only from an allowed one (the journal trigger records the move), and
+# record a reconciliation.
 # A concurrent replay waits on the row lock, then finds the state moved on: no change.
 _SETTLE_SQL = """
 WITH previous AS (
@@ -79,9 +80,6 @@ WITH previous AS (
     UPDATE reservations SET state = %(state)s, tokens = %(tokens)s, cost_micro_usd = %(cost)s, usage = %(usage)s, served = %(served)s,
            resolved_at = %(now)s
     WHERE id = %(id)s AND state = ANY(%(from)s) RETURNING id
-), journal AS (
-    INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at)
-    SELECT %(id)s, %(entry)s, %(tokens)s - previous.tokens, %(cost)s - previous.cost_micro_usd, %(now)s FROM previous, updated
 ), reconciliation AS (
     INSERT INTO reconciliations (reservation_id, resolution, tokens, cost_micro_usd, note, created_at)
     SELECT %(id)s, previous.state, %(tokens)s, %(cost)s, %(note)s, %(now)s FROM previous, updated WHERE %(reconcile)s
@@ -144,7 +142,6 @@ class SharedLedger:
                         "id": reservation_id,
                         "from": from_states,
                         "state": final.state,
-                        "entry": "settle" if final.state == "settled" else final.state,
                         "tokens": final.tokens,
                         "cost": final.cost_micro_usd,
                         "usage": _json(final.usage),
@@ -227,9 +224,8 @@ class SharedLedger:
         try:
             async with self._pool.connection(timeout=5) as connection:
                 await connection.execute(
-                    "WITH r AS (INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd,"
-                    " estimate, tokens, cost_micro_usd, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'open', %s, %s, %s, %s, %s, %s, %s) RETURNING id)"
-                    " INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at) SELECT id, 'reserve', %s, %s, %s FROM r",
+                    "INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd,"
+                    " estimate, tokens, cost_micro_usd, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'open', %s, %s, %s, %s, %s, %s, %s)",
                     (
                         reservation.id,
                         reservation.request_id,
@@ -241,9 +237,6 @@ class SharedLedger:
                         bound.tokens,
                         bound.cost_micro_usd,
                         bound.estimate,
-                        bound.tokens,
-                        bound.cost_micro_usd,
-                        reservation.created_at,
                         bound.tokens,
                         bound.cost_micro_usd,
                         reservation.created_at,

@@ -64,12 +64,6 @@ def _record(row: tuple) -> KeyRecord:
     return KeyRecord(key_id, team, user, name, dt.datetime.fromisoformat(created), dt.datetime.fromisoformat(revoked) if revoked else None)
 
 
-def _statements(sql: str) -> list[str]:
-    """The statements of a migration file: comments dropped, split on semicolons."""
-    code = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
-    return [statement for statement in code.split(";") if statement.strip()]
-
-
 def migrate(connection: sqlite3.Connection) -> list[str]:
     """Apply pending migrations, each in its own transaction; returns what was applied."""
     connection.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
@@ -78,14 +72,12 @@ def migrate(connection: sqlite3.Connection) -> list[str]:
     for version, name, sql in migration_files("sqlite"):
         if version in done:
             continue
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _statements(sql):
-                connection.execute(statement)
-            connection.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, name, dt.datetime.now(dt.UTC).isoformat()))
-            connection.execute("COMMIT")
+        applied_at = dt.datetime.now(dt.UTC).isoformat()
+        try:  # executescript: trigger bodies hold semicolons a plain split would break
+            connection.executescript(f"BEGIN IMMEDIATE;\n{sql}\nINSERT INTO schema_migrations VALUES ({version}, '{name}', '{applied_at}');\nCOMMIT;")
         except Exception:
-            connection.execute("ROLLBACK")
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
             raise
         applied.append(name)
     return applied
@@ -143,7 +135,6 @@ class SqliteLedger:
                 reservation.created_at.isoformat(),
             ),
         )
-        self._journal(reservation.id, "reserve", bound.tokens, bound.cost_micro_usd)
 
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
         from_states = ("open", "pending") if final.state == "reconciled" else ("open",)
@@ -166,7 +157,6 @@ class SqliteLedger:
                     fired = self._db.execute("INSERT OR IGNORE INTO threshold_events (counter, threshold, fired_at) VALUES (?, ?, ?)", (key, threshold, now))
                     if fired.rowcount:
                         crossings.append((key, threshold))
-            self._journal(reservation_id, final.state if final.state != "settled" else "settle", final.tokens - row[1], final.cost_micro_usd - row[2])
             if final.state == "reconciled":
                 self._db.execute(
                     "INSERT INTO reconciliations (reservation_id, resolution, tokens, cost_micro_usd, note, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -201,12 +191,6 @@ class SqliteLedger:
 
     async def close(self) -> None:
         return None  # the connection belongs to the key store
-
-    def _journal(self, reservation_id: str, entry: str, tokens: int, cost: int) -> None:
-        self._db.execute(
-            "INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at) VALUES (?, ?, ?, ?, ?)",
-            (reservation_id, entry, tokens, cost, self._clock().isoformat()),
-        )
 
     def _cleanup(self) -> None:
         self._since_cleanup += 1

@@ -1,6 +1,7 @@
 -- The durable ledger. A reservation row is one billable call (a request's main call
 -- or an auxiliary sub-call); tokens and cost hold what it is charged now: the bound
--- while open or pending, the real usage once settled. The journal is append-only.
+-- while open or pending, the real usage once settled. The journal is append-only and
+-- written by the database itself, so no change to a reservation can skip it.
 CREATE TABLE reservations (
     id              TEXT PRIMARY KEY,
     request_id      TEXT NOT NULL,
@@ -27,11 +28,26 @@ CREATE INDEX reservations_unresolved ON reservations (state, created_at);
 CREATE TABLE spend_journal (
     id             BIGSERIAL PRIMARY KEY,
     reservation_id TEXT NOT NULL,
-    entry          TEXT NOT NULL,   -- reserve | settle | pending | release | reconcile
+    entry          TEXT NOT NULL,   -- reserve, then the state it moved to: settled | pending | released | reconciled
     tokens_delta   BIGINT NOT NULL,
     cost_delta     BIGINT NOT NULL,
     created_at     TIMESTAMPTZ NOT NULL
 );
+
+CREATE FUNCTION journal_reservation() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at)
+        VALUES (NEW.id, 'reserve', NEW.tokens, NEW.cost_micro_usd, NEW.created_at);
+    ELSIF NEW.state IS DISTINCT FROM OLD.state THEN
+        INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at)
+        VALUES (NEW.id, NEW.state, NEW.tokens - OLD.tokens, NEW.cost_micro_usd - OLD.cost_micro_usd, NEW.resolved_at);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER journal_reservation AFTER INSERT OR UPDATE ON reservations FOR EACH ROW EXECUTE FUNCTION journal_reservation();
 
 CREATE TABLE reconciliations (
     reservation_id TEXT PRIMARY KEY,

@@ -1,6 +1,7 @@
 -- The durable ledger. A reservation row is one billable call (a request's main call
 -- or an auxiliary sub-call); tokens and cost hold what it is charged now: the bound
--- while open or pending, the real usage once settled. The journal is append-only.
+-- while open or pending, the real usage once settled. The journal is append-only and
+-- written by the database itself, so no change to a reservation can skip it.
 CREATE TABLE reservations (
     id              TEXT PRIMARY KEY,
     request_id      TEXT NOT NULL,
@@ -20,18 +21,26 @@ CREATE TABLE reservations (
     created_at      TEXT NOT NULL,
     resolved_at     TEXT
 );
-CREATE INDEX reservations_team_created ON reservations (team, created_at);
-CREATE INDEX reservations_key_created ON reservations (key_id, created_at);
 CREATE INDEX reservations_unresolved ON reservations (state, created_at);
 
 CREATE TABLE spend_journal (
     id             INTEGER PRIMARY KEY AUTOINCREMENT,
     reservation_id TEXT NOT NULL,
-    entry          TEXT NOT NULL,   -- reserve | settle | pending | release | reconcile
+    entry          TEXT NOT NULL,   -- reserve, then the state it moved to: settled | pending | released | reconciled
     tokens_delta   INTEGER NOT NULL,
     cost_delta     INTEGER NOT NULL,
     created_at     TEXT NOT NULL
 );
+
+CREATE TRIGGER journal_reserve AFTER INSERT ON reservations BEGIN
+    INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at)
+    VALUES (NEW.id, 'reserve', NEW.tokens, NEW.cost_micro_usd, NEW.created_at);
+END;
+
+CREATE TRIGGER journal_resolve AFTER UPDATE OF state ON reservations WHEN NEW.state IS NOT OLD.state BEGIN
+    INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at)
+    VALUES (NEW.id, NEW.state, NEW.tokens - OLD.tokens, NEW.cost_micro_usd - OLD.cost_micro_usd, NEW.resolved_at);
+END;
 
 -- Hot counters for the embedded mode; the shared mode keeps them in Redis.
 CREATE TABLE counters (
