@@ -102,7 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     ledger = commands.add_parser("ledger", help="the spend ledger").add_subparsers(title="ledger commands")
     reconcile = ledger.add_parser("reconcile", help="resolve reservations no settlement completed (cut streams, crashed processes)")
     with_config(reconcile)
-    reconcile.add_argument("--older-than", type=float, default=600, metavar="SECONDS", help="open reservations older than this are abandoned (default 600)")
+    reconcile.add_argument(
+        "--older-than",
+        type=float,
+        default=86400,
+        metavar="SECONDS",
+        help="open reservations older than this are abandoned (default: a day, longer than any live request)",
+    )
     reconcile.add_argument("--usage", type=Path, help="JSON lines of provider usage: request_id, input, output, cache_read, cache_write[, served]")
     reconcile.add_argument("--reload-counters", action="store_true", help="shared store: drop Redis counters so they reload from PostgreSQL")
     reconcile.set_defaults(run=_ledger_reconcile)

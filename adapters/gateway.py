@@ -62,6 +62,7 @@ class Exchange:
     request_id: str
     protocol: ModuleType
     started: float
+    day: dt.date = field(default_factory=lambda: dt.datetime.now(dt.UTC).date())  # prices in effect for the whole request
     principal: Principal | None = None
     request: ParsedRequest | None = None
     bundle: ActiveBundle | None = None
@@ -201,8 +202,9 @@ class Gateway:
             upstream.release()
         self._attempt(exchange, target, "ok", upstream.status)
         exchange.served = target
-        exchange.usage = pair.upstream.usage_of(document)
-        exchange.usage_complete = True
+        usage = pair.upstream.usage_of(document) if isinstance(document, dict) else None
+        exchange.usage = usage or Usage()
+        exchange.usage_complete = usage is not None
         try:
             body = pair.client_body(raw, document, int(time.time()))
         except GatewayError as error:
@@ -245,7 +247,9 @@ class Gateway:
         exchange.served = target
         converter = pair.stream_converter(exchange.request, int(time.time()))
         headers = {**self._headers(exchange), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
-        return RelayedStream(200, headers, self._stream_body(exchange, pair, upstream, chunks, parser, meter, converter, first))
+        body = self._stream_body(exchange, pair, upstream, chunks, parser, meter, converter, first)
+        opening = await anext(body, b"")  # started now, so closing it always settles and audits
+        return RelayedStream(200, headers, opening, body)
 
     async def _stream_body(self, exchange, pair, upstream, chunks, parser, meter, converter, pending) -> AsyncGenerator[bytes, None]:
         """Stage 9. Once the first byte is out the response is committed: from then on a
@@ -286,7 +290,7 @@ class Gateway:
             yield exchange.protocol.stream_error(error)
         finally:
             await _abandon(upstream, chunks)
-            exchange.usage, exchange.usage_complete = meter.usage, meter.complete
+            exchange.usage, exchange.usage_complete = meter.usage, meter.complete and meter.known
             await self._settle(exchange)
             event = {"ok": "request_finished", "failed": "request_failed", "cancelled": "request_cancelled"}[outcome]
             record = self._outcome_record(exchange, outcome)
@@ -301,7 +305,7 @@ class Gateway:
         """Stage 10, then the settlement steps (11). Cost is the usage the provider reported
         priced with the bundle's version in effect for the served route."""
         if exchange.served is not None and exchange.bundle is not None:
-            price = exchange.bundle.price_for(exchange.served, self._today())
+            price = exchange.bundle.price_for(exchange.served, exchange.day)
             exchange.cost_micro_usd = price.cost(exchange.usage)
             exchange.price_version = price.effective_from.isoformat()
         for step in self._steps:

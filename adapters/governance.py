@@ -35,7 +35,9 @@ from portcullis.engine.tokens import count_input_tokens
 log = logging.getLogger("portcullis.governance")
 
 LARGE_BODY_BYTES = 32 * 1024  # sized on a worker thread above this: tiktoken releases the GIL
-UNCERTAIN_OUTCOMES = {"timeout", "connection_lost"}  # the provider may have done (and billed) the work
+# Attempts after which the provider may have done, and billed, work the gateway never
+# saw the usage of: their request keeps its whole bound, pending reconciliation.
+UNCERTAIN_OUTCOMES = {"timeout", "connection_lost", "response_too_large", "malformed_response", "malformed_stream"}
 
 
 @dataclass
@@ -59,7 +61,9 @@ class Governance(Step):
 
     async def admit(self, exchange: Exchange) -> None:
         assert exchange.plan is not None and exchange.request is not None and exchange.bundle is not None
-        bound = await self.size(exchange.bundle, exchange.request, exchange.plan.targets)
+        # A hard limit needs a real bound: the output is then capped upstream, not just assumed.
+        exchange.request.cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
+        bound = await self.size(exchange.bundle, exchange.request, exchange.plan.targets, exchange.day)
         exchange.metering = await self._reserve(exchange, "main", exchange.plan.limits, bound)
 
     async def settle(self, exchange: Exchange) -> None:
@@ -67,10 +71,10 @@ class Governance(Step):
         if metering is None or metering.reservation is None:
             return
         reservation = metering.reservation
+        uncertain = any(attempt["outcome"] in UNCERTAIN_OUTCOMES for attempt in exchange.attempts)
         if exchange.served is None:
-            uncertain = any(attempt["outcome"] in UNCERTAIN_OUTCOMES for attempt in exchange.attempts)
             final = self._final(reservation, "pending" if uncertain else "released", Usage(), 0, None)
-        elif exchange.usage_complete:
+        elif exchange.usage_complete and not uncertain:
             final = self._final(reservation, "settled", exchange.usage, exchange.cost_micro_usd or 0, exchange.served)
         else:
             final = self._final(reservation, "pending", exchange.usage, exchange.cost_micro_usd or 0, exchange.served)
@@ -90,18 +94,17 @@ class Governance(Step):
 
     # --- sizing --------------------------------------------------------------------------
 
-    async def size(self, bundle: ActiveBundle, request: ParsedRequest, targets: tuple[Target, ...]) -> Bound:
+    async def size(self, bundle: ActiveBundle, request: ParsedRequest, targets: tuple[Target, ...], day: dt.date) -> Bound:
         """The bound over every target the plan authorised: input sized the way each
         target's provider counts, the output ceiling, the target's price."""
         counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
         sizes = []
-        today = self._clock().date()
         for target in targets:
             exact = (self._providers[target.provider].protocol or request.protocol) == OPENAI_CHAT
             if exact not in counted:
                 counted[exact] = await self._count(request, exact)
-            ceiling = min(request.max_tokens or target.max_output_tokens, target.max_output_tokens)
-            sizes.append((counted[exact][0], ceiling, bundle.price_for(target, today)))
+            ceiling = min(request.max_tokens or target.max_output_tokens, target.max_output_tokens) * request.choices
+            sizes.append((counted[exact][0], ceiling, bundle.price_for(target, day)))
         return bound_for(sizes, "+".join(sorted(method for _, method in counted.values())))
 
     async def _count(self, request: ParsedRequest, exact: bool) -> tuple[int, str]:
@@ -124,23 +127,20 @@ class Governance(Step):
             created_at=now,
         )
         try:
-            verdict = await self._ledger.reserve(reservation)
+            verdict = await self._ledger.reserve(reservation, fail_open=not limits.blocking)
         except StoreUnavailable as failure:
             if limits.blocking:
                 log.error("request %s refused: the ledger is unavailable (%s)", exchange.request_id, failure)
                 raise GatewayError(
                     ErrorKind.UNAVAILABLE, "spending and rate limits cannot be checked right now; try again shortly", code="ledger_unavailable", retry_after=5
                 ) from None
-            try:
-                await self._ledger.record(reservation)  # no counters, but the spend is not lost
-            except StoreUnavailable:
-                log.error("request %s served unmetered and unrecorded: the ledger is unavailable (%s)", exchange.request_id, failure)
-                return Metering(unmetered=True)
-            log.error("request %s served without counters: they are unavailable (%s)", exchange.request_id, failure)
-            return Metering(reservation, unmetered=True)
+            log.error("request %s served unmetered and unrecorded: the ledger is unavailable (%s)", exchange.request_id, failure)
+            return Metering(unmetered=True)
+        if verdict.unmetered:
+            log.error("request %s served without counters: they are unavailable; the spend is recorded", exchange.request_id)
         if verdict.blocked is not None:
             raise refusal(verdict.blocked, now)
-        return Metering(reservation, tuple(charge.limit.describe() for charge in verdict.warnings))
+        return Metering(reservation, tuple(charge.limit.describe() for charge in verdict.warnings), unmetered=verdict.unmetered)
 
     async def _settle(self, reservation: Reservation, final: Final) -> str:
         try:

@@ -151,7 +151,10 @@ def bound_for(sizes: Iterable[tuple[int, int, Price]], estimate: str) -> Bound:
     tokens = cost = 0
     for input_tokens, output_ceiling, price in sizes:
         tokens = max(tokens, input_tokens + output_ceiling)
-        cost = max(cost, price.cost(Usage(input=input_tokens, output=output_ceiling)))
+        # Input may be written to the provider's prompt cache, which can cost more than input.
+        as_input = price.cost(Usage(input=input_tokens, output=output_ceiling))
+        as_cache_write = price.cost(Usage(cache_write=input_tokens, output=output_ceiling))
+        cost = max(cost, as_input, as_cache_write)
     return Bound(tokens, cost, estimate)
 
 
@@ -168,6 +171,7 @@ def charges(limits: Limits, bound: Bound, now: dt.datetime) -> list[Charge]:
 class Verdict:
     blocked: Charge | None
     warnings: tuple[Charge, ...]
+    unmetered: bool = False  # recorded durably, but the counters could not be reached
 
 
 def judge(charges: Iterable[Charge], current: Mapping[str, int]) -> Verdict:
@@ -185,8 +189,15 @@ def judge(charges: Iterable[Charge], current: Mapping[str, int]) -> Verdict:
 
 def refusal(charge: Charge, now: dt.datetime) -> GatewayError:
     """The client-facing error for a blocked charge: 402 for money, 429 for the rest,
-    with retry-after set to when the counter's period ends."""
+    with retry-after set to when the counter's period ends. A request whose bound alone
+    is over the limit can never pass it: that says so, and invites no retry."""
     limit = charge.limit
+    if limit.hard and limit.block is not None and limit.metric != REQUESTS and charge.amount > limit.block:
+        what = "budget" if limit.metric == COST else f"{limit.metric}-per-{limit.period} limit"
+        kind = ErrorKind.PAYMENT_REQUIRED if limit.metric == COST else ErrorKind.INVALID_REQUEST
+        return GatewayError(
+            kind, f"this request could use more than the whole {what} ({limit.scope}); lower max_tokens or shorten the input", code="request_exceeds_limit"
+        )
     retry_after = max(1, int((period_end(limit.period, now) - now).total_seconds() + 0.999))
     if limit.metric == COST:
         return GatewayError(

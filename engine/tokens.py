@@ -10,8 +10,9 @@ Two methods, each named in the reservation so nobody mistakes one for the other:
   true upper bound — about four times the real count for English prose, close to it
   for digit runs. Settlement charges the real usage; only the reservation is inflated.
 
-Images count a fixed 1,600 tokens (the most a provider charges for one) and
-documents one token per two bytes of their decoded data, with a floor of 3,000.
+Images count a fixed 1,600 tokens (Anthropic's most for one image; some OpenAI models
+count a large high-detail image higher, a declared tolerance) and documents one token
+per two bytes of their decoded data, with a floor of 3,000.
 Every message and tool adds a fixed overhead for roles and framing.
 """
 

@@ -116,3 +116,14 @@ test_refused_requests_carry_no_limits if {
 		with data.portcullis.governance.rules as rules
 	plan.limits.counters == []
 }
+
+test_a_stricter_soft_cap_does_not_harden_a_looser_hard_one if {
+	soft_and_hard := {
+		"soft": {"subject": {"team": "payments"}, "budget": {"limit_usd": "50", "period": "CalendarMonth", "hard_cap": false, "thresholds": [90]}},
+		"hard": {"subject": {"team": "payments"}, "budget": {"limit_usd": "100", "period": "CalendarMonth", "thresholds": [50]}},
+	}
+	c := counter(limits_under(soft_and_hard, "payments", null, "k"), "team:payments", "cost", "month")
+	c.block == "50"
+	c.hard == false
+	c.thresholds == [90] # the governing rule's own percentages, not the looser rule's
+}

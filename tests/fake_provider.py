@@ -48,6 +48,7 @@ class Reply:
     cache_write_tokens: int = 0
     delay: float = 0.0  # before the response starts
     event_delay: float = 0.0  # between stream events
+    reports_usage: bool = True  # some OpenAI-compatible servers send no usage at all
 
 
 @dataclass(frozen=True)
@@ -373,7 +374,7 @@ def _openai_completion(completion_id: str, model: str, reply: Reply) -> dict[str
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-        "usage": _openai_usage(reply),
+        **({"usage": _openai_usage(reply)} if reply.reports_usage else {}),
         "system_fingerprint": "fp_fake",
     }
 
@@ -391,7 +392,7 @@ def _openai_events(completion_id: str, model: str, reply: Reply, include_usage: 
         events.append(chunk({"tool_calls": [{"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}]}))
         events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}) for piece in _split(json.dumps(call.input))]
     events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
-    if include_usage:
+    if include_usage and reply.reports_usage:
         events.append(_sse({**envelope, "choices": [], "usage": _openai_usage(reply)}))
     events.append(b"data: [DONE]\n\n")
     return events

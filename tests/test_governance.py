@@ -33,19 +33,23 @@ METERED_UPSTREAM = "metered-upstream"
 BOUND = 50_000
 ACTUAL = 1_000
 BODY = {"model": METERED, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
+# The same prices on an OpenAI-compatible provider.
+METERED_CHAT = "metered-chat"
+METERED_CHAT_UPSTREAM = "metered-chat-upstream"
 
 
 def metered_bundle(directory: Path, team: str, rules: dict[str, Any], extra_teams: tuple[str, ...] = ()) -> Path:
     catalog = deep_copy(CATALOG)
-    catalog["models"][METERED] = {"targets": [target("anthropic-us", METERED_UPSTREAM, "us-east-1", max_output_tokens=1000)]}
-    catalog["prices"].append(
-        {
-            "provider": "anthropic-us",
-            "model": METERED_UPSTREAM,
-            "effective_from": "2025-01-01",
-            "usd_per_mtok": {"input": "0", "output": "50", "cache_read": "0", "cache_write": "0"},
-        }
-    )
+    for model, provider, upstream in ((METERED, "anthropic-us", METERED_UPSTREAM), (METERED_CHAT, "openai-main", METERED_CHAT_UPSTREAM)):
+        catalog["models"][model] = {"targets": [target(provider, upstream, "us-east-1", max_output_tokens=1000)]}
+        catalog["prices"].append(
+            {
+                "provider": provider,
+                "model": upstream,
+                "effective_from": "2025-01-01",
+                "usd_per_mtok": {"input": "0", "output": "50", "cache_read": "0", "cache_write": "0"},
+            }
+        )
     tenants = deep_copy(TENANTS)
     for name in (team, *extra_teams):
         tenants["teams"][name] = {"models": ["*"]}
@@ -209,15 +213,37 @@ def test_soft_cap_lets_the_crossing_request_finish(tmp_path: Path, fresh_gateway
     assert statuses == [200, 200, 402]  # $0.001 spent < $0.0015: the second runs and crosses it
 
 
-def test_budget_refusal_in_openai_format(tmp_path: Path, fresh_gateway) -> None:
+def test_exhausted_budget_refusal_in_openai_format(tmp_path: Path, fresh_gateway) -> None:
+    """The first call fits the $0.05 cap exactly and spends $0.001; the second's bound no
+    longer fits until the day ends, which retry-after says."""
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.01", "period": "CalendarDay"}}}
+    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.05", "period": "CalendarDay"}}}
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
+    ask = {"model": METERED, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
+    assert client.chat.completions.create(**ask).choices[0].message.content
     with pytest.raises(openai.APIStatusError) as refused:
-        client.chat.completions.create(model=METERED, max_tokens=1000, messages=[{"role": "user", "content": "x"}])
-    assert refused.value.status_code == 402 and refused.value.body["type"] == "insufficient_quota"
-    assert int(refused.value.response.headers["retry-after"]) > 0
+        client.chat.completions.create(**ask)
+    assert refused.value.status_code == 402
+    assert refused.value.body["type"] == "insufficient_quota" and refused.value.body["code"] == "budget_exceeded"
+    assert 0 < int(refused.value.response.headers["retry-after"]) <= 86400
+
+
+def test_a_request_bigger_than_the_whole_limit_is_not_invited_to_retry(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    poor, frugal = unique_team(), unique_team()
+    rules = {
+        f"{poor}-cap": {"subject": {"team": poor}, "budget": {"limit_usd": "0.01", "period": "CalendarDay"}},
+        f"{frugal}-tokens": {"subject": {"team": frugal}, "quota": {"tokens_per_day": 500}},
+    }
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", poor, rules, extra_teams=(frugal,)))
+    ask = {"model": METERED, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
+    for team, status in ((poor, 402), (frugal, 400)):  # a $0.05 bound against $0.01; 1,000+ tokens against 500
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(**ask)
+        assert refused.value.status_code == status and refused.value.body["code"] == "request_exceeds_limit"
+        assert "max_tokens" in refused.value.body["message"] and "retry-after" not in refused.value.response.headers
+    assert fakes.anthropic_us.requests_for(METERED_UPSTREAM) == []
 
 
 def test_unlimited_is_audited_and_serves(tmp_path: Path, fresh_gateway) -> None:
@@ -425,3 +451,69 @@ def test_a_timeout_keeps_the_bound_pending(tmp_path: Path, fresh_gateway, fakes:
     assert timed_out.status_code == 504
     assert gateway.outcome(timed_out.headers["x-portcullis-request-id"])["settlement"] == "pending"
     assert httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(key)).status_code == 402
+
+
+# --- the bound: what a request may cost, and keeping the provider to it ---------------------------
+
+
+def test_hard_limits_cap_the_output_the_provider_may_produce(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    """A bound is only a bound if the provider is held to it: under a hard limit the
+    gateway sets the output limit it reserved for; without one the body goes unchanged."""
+    capped, free = unique_team(), unique_team()
+    rules = {f"{capped}-cap": {"subject": {"team": capped}, "budget": {"limit_usd": "1.00", "period": "CalendarDay"}}}
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", capped, rules, extra_teams=(free,)))
+    for team in (capped, free):
+        chat = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
+        chat.chat.completions.create(model=METERED_CHAT, messages=[{"role": "user", "content": "no limit given"}])
+        chat.chat.completions.create(model=METERED_CHAT, max_tokens=5000, messages=[{"role": "user", "content": "over the model's"}])
+        messages = anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key(team), max_retries=0)
+        messages.messages.create(model=METERED, max_tokens=5000, messages=[{"role": "user", "content": "over the model's"}])
+    sent = [r.json for r in fakes.openai_main.requests_for(METERED_CHAT_UPSTREAM)]
+    assert [(s.get("max_tokens"), s.get("max_completion_tokens")) for s in sent] == [(None, 1000), (1000, None), (None, None), (5000, None)]
+    assert [r.json["max_tokens"] for r in fakes.anthropic_us.requests_for(METERED_UPSTREAM)] == [1000, 5000]
+
+
+def test_every_choice_counts_in_the_bound(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    """n=2 may produce twice the output: $0.10 fits a $0.12 cap, n=3's $0.15 does not."""
+    team = unique_team()
+    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.12", "period": "CalendarDay"}}}
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
+    ask = {"model": METERED_CHAT, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
+    assert client.chat.completions.create(n=2, **ask).choices
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.chat.completions.create(n=3, **ask)
+    assert refused.value.status_code == 402 and refused.value.body["code"] == "request_exceeds_limit"
+    assert len(fakes.openai_main.requests_for(METERED_CHAT_UPSTREAM)) == 1
+
+
+def test_an_answer_without_usage_keeps_its_bound_pending(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    """A provider that reports no usage is not assumed free: the bound stays charged
+    until reconciliation finds the real figure, and the next call meets the cap."""
+    team = unique_team()
+    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.06", "period": "CalendarDay"}}}
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
+    ask = {"model": METERED_CHAT, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
+    fakes.openai_main.script(METERED_CHAT_UPSTREAM, Reply(reports_usage=False), Reply(reports_usage=False))
+    answered = client.chat.completions.with_raw_response.create(**ask)
+    assert answered.parse().choices[0].message.content
+    assert gateway.outcome(answered.headers["x-portcullis-request-id"])["settlement"] == "pending"
+    streamed = [chunk for chunk in client.chat.completions.create(stream=True, **{**ask, "max_tokens": 100})]
+    assert streamed and gateway.settled()[-1]["settlement"] == "pending"
+    with pytest.raises(openai.APIStatusError) as refused:  # $0.05 + $0.005 held; another $0.05 does not fit
+        client.chat.completions.create(**ask)
+    assert refused.value.status_code == 402 and refused.value.body["code"] == "budget_exceeded"
+
+
+def test_a_client_gone_before_the_first_byte_still_settles(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    team = unique_team()
+    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "1.00", "period": "CalendarDay"}}}
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
+    fakes.anthropic_us.script(METERED_UPSTREAM, Reply(delay=1.0, event_delay=0.2))
+    key = gateway.key(team)
+    with pytest.raises(httpx.ReadTimeout), httpx.stream("POST", f"{gateway.url}/v1/messages", json={**BODY, "stream": True}, headers=headers(key), timeout=0.3):
+        pass
+    time.sleep(1.5)  # the provider answers after the client left
+    [outcome] = [r for r in gateway.settled() if r["event"] in ("request_cancelled", "request_finished", "request_failed")]
+    assert outcome["event"] == "request_cancelled" and outcome["settlement"] == "pending"

@@ -193,7 +193,7 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
         principal = Principal("key_0000000000000001", "eng", None)
         raw = b'{"model": "claude-opus-4-1", "max_tokens": 8000, "messages": [{"role": "user", "content": "hi"}]}'
         request = anthropic_messages.parse(raw, {})
-        exchange = Exchange("req_aux", anthropic_messages, 0.0, principal, request, bundle, decide(bundle, principal, request))
+        exchange = Exchange("req_aux", anthropic_messages, 0.0, principal=principal, request=request, bundle=bundle, plan=decide(bundle, principal, request))
         aux = await governance.reserve_subcall(exchange, "classifier", Bound(500, 300_000, "test"))
         assert aux is not None and aux.id == "req_aux:classifier"
         assert await governance.settle_subcall(aux, Usage(input=400, output=10), 250_000, exchange.plan.targets[0]) == "settled"
@@ -239,3 +239,21 @@ def test_the_journal_records_every_move(tmp_path: Path, services) -> None:
     with psycopg.connect(services.database_url) as connection:
         rows = connection.execute("SELECT entry, cost_delta FROM spend_journal WHERE reservation_id = %s ORDER BY id", (reservation_id,)).fetchall()
     assert rows == [("reserve", 30_000), ("settled", -18_000)]
+
+
+def test_a_settlement_that_lost_to_reconciliation_changes_no_counter(with_ledger) -> None:
+    """A live settlement arriving after reconcile took the reservation over is refused by
+    the durable record, and the counters follow the record, not the latecomer."""
+    team = f"t{uuid.uuid4().hex[:8]}"
+
+    async def body(ledger: Any) -> None:
+        res = reservation(team)
+        await ledger.reserve(res)
+        [item] = [item for item in await ledger.unresolved(NOW + dt.timedelta(seconds=1)) if item.id == res.id]
+        kept = Final("reconciled", res.bound.tokens, res.bound.cost_micro_usd, {c["key"]: c["amount"] for c in item.charges}, note="no usage evidence")
+        assert not (await ledger.settle(item.id, item.charges, kept)).replayed
+        late = await ledger.settle(res.id, res.charge_records(), settled(res, 5_000))
+        assert late.replayed and late.state == "reconciled"
+        assert await ledger.counter(res.charges[0].key) == 30_000  # the bound the record keeps
+
+    with_ledger(body)

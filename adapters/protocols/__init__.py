@@ -32,6 +32,10 @@ class ParsedRequest:
     requires: list[str]
     forward_headers: dict[str, str] = field(default_factory=dict)
     query: str = ""
+    choices: int = 1  # completions the request asks for (OpenAI `n`): each can use max_tokens
+    # Set when a hard limit governs the request: every upstream body then names an output
+    # limit no larger than the target's ceiling, so the reserved bound really bounds it.
+    cap_output: bool = False
 
 
 class _DuplicateMember(ValueError):

@@ -119,19 +119,27 @@ def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[st
     return headers
 
 
-def passthrough_body(request: ParsedRequest, upstream_model: str) -> bytes:
-    """The client's own bytes, with only the model swapped when the names differ."""
-    if request.body.get("model") == upstream_model:
-        return request.raw
-    return set_member(request.raw, "model", upstream_model)
+def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int) -> bytes:
+    """The client's own bytes, with only the model swapped when the names differ and, when
+    the output must stay within ``ceiling``, a larger max_tokens lowered to it."""
+    raw = request.raw
+    if request.body.get("model") != upstream_model:
+        raw = set_member(raw, "model", upstream_model)
+    if request.cap_output and (request.max_tokens or 0) > ceiling:
+        raw = set_member(raw, "max_tokens", ceiling)
+    return raw
 
 
 def is_error_event(event: SSEEvent) -> bool:
     return event.event == "error"
 
 
-def usage_of(message: Mapping[str, Any]) -> Usage:
-    usage = message.get("usage") or {}
+def usage_of(message: Mapping[str, Any]) -> Usage | None:
+    """The usage a response reports, or None when it reports none (it is then unknown,
+    not zero)."""
+    usage = message.get("usage")
+    if not isinstance(usage, Mapping) or "input_tokens" not in usage or "output_tokens" not in usage:
+        return None
     return Usage(
         input=int(usage.get("input_tokens") or 0),
         output=int(usage.get("output_tokens") or 0),
@@ -142,11 +150,13 @@ def usage_of(message: Mapping[str, Any]) -> Usage:
 
 class StreamUsage:
     """Usage read off a Messages stream: ``message_start`` carries the input side,
-    each ``message_delta`` the cumulative output; the last value of each field wins."""
+    each ``message_delta`` the cumulative output; the last value of each field wins.
+    ``complete`` says the stream ended properly, ``known`` that it reported final usage."""
 
     def __init__(self) -> None:
         self._fields: dict[str, int] = {}
         self.complete = False
+        self.known = False
 
     def feed(self, event: SSEEvent) -> None:
         if event.event not in ("message_start", "message_delta", "message_stop"):
@@ -162,7 +172,9 @@ class StreamUsage:
         for key, value in (usage or {}).items():
             if isinstance(value, int):
                 self._fields[key] = value
+        if event.event == "message_delta" and isinstance((usage or {}).get("output_tokens"), int):
+            self.known = "input_tokens" in self._fields
 
     @property
     def usage(self) -> Usage:
-        return usage_of({"usage": self._fields})
+        return usage_of({"usage": {"input_tokens": 0, "output_tokens": 0, **self._fields}}) or Usage()

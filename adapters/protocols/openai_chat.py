@@ -50,6 +50,7 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "") -> ParsedRequ
         raise invalid("messages: must contain at least one message")
     stream = optional_bool(body, "stream")
     max_tokens = optional_positive_int(body, "max_completion_tokens") or optional_positive_int(body, "max_tokens")
+    choices = optional_positive_int(body, "n") or 1
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise invalid("stream_options: expected an object")
@@ -59,7 +60,7 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "") -> ParsedRequ
         requires.append("tools")
     if _has_images(messages):
         requires.append("vision")
-    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires)
+    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, choices=choices)
 
 
 def _has_images(messages: list[Any]) -> bool:
@@ -104,13 +105,18 @@ def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[st
     return headers
 
 
-def passthrough_body(request: ParsedRequest, upstream_model: str) -> bytes:
-    """The client's own bytes, with the model swapped when the names differ and, for a
-    stream, usage requested (the gateway must price every stream; the extra usage
-    chunk is withheld from clients that did not ask for it)."""
+def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int) -> bytes:
+    """The client's own bytes, with the model swapped when the names differ; when the
+    output must stay within ``ceiling``, an output limit set to it if missing or larger;
+    and, for a stream, usage requested (the gateway must price every stream; the extra
+    usage chunk is withheld from clients that did not ask for it)."""
     raw = request.raw
     if request.body.get("model") != upstream_model:
         raw = set_member(raw, "model", upstream_model)
+    if request.cap_output and (request.max_tokens is None or request.max_tokens > ceiling):
+        # Clamp the field the client used; max_completion_tokens is the current name.
+        legacy = "max_tokens" in request.body and "max_completion_tokens" not in request.body
+        raw = set_member(raw, "max_tokens" if legacy else "max_completion_tokens", ceiling)
     if request.stream and not client_wants_usage(request):
         options = {**(request.body.get("stream_options") or {}), "include_usage": True}
         raw = set_member(raw, "stream_options", options)
@@ -126,8 +132,11 @@ def is_error_event(event: SSEEvent) -> bool:
         return False
 
 
-def usage_of(completion: Mapping[str, Any]) -> Usage:
-    usage = completion.get("usage") or {}
+def usage_of(completion: Mapping[str, Any]) -> Usage | None:
+    """The usage a response reports, or None when it reports none (unknown, not zero)."""
+    usage = completion.get("usage")
+    if not isinstance(usage, Mapping) or "prompt_tokens" not in usage or "completion_tokens" not in usage:
+        return None
     prompt = int(usage.get("prompt_tokens") or 0)
     cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
     return Usage(input=prompt - cached, output=int(usage.get("completion_tokens") or 0), cache_read=cached)
@@ -139,11 +148,13 @@ def is_usage_only_chunk(chunk: Mapping[str, Any]) -> bool:
 
 class StreamUsage:
     """Usage read off a Chat stream: the chunk that carries ``usage`` (sent last when
-    ``stream_options.include_usage`` is set); ``[DONE]`` marks a complete stream."""
+    ``stream_options.include_usage`` is set); ``[DONE]`` marks a complete stream. A
+    server that ignores ``include_usage`` leaves the usage unknown, not zero."""
 
     def __init__(self) -> None:
         self.usage = Usage()
         self.complete = False
+        self.known = False
 
     def feed(self, event: SSEEvent) -> None:
         if event.data == "[DONE]":
@@ -155,5 +166,6 @@ class StreamUsage:
             chunk = event.json()
         except ValueError:
             return
-        if isinstance(chunk, dict) and chunk.get("usage"):
-            self.usage = usage_of(chunk)
+        reported = usage_of(chunk) if isinstance(chunk, dict) else None
+        if reported is not None:
+            self.usage, self.known = reported, True

@@ -60,14 +60,11 @@ class Unresolved:
 
 
 class Ledger(Protocol):
-    async def reserve(self, reservation: Reservation) -> Verdict:
-        """Add every charge to its counter if all stay within their limits; otherwise
-        change nothing. A reservation that is admitted is recorded durably."""
-        ...
-
-    async def record(self, reservation: Reservation) -> None:
-        """Write a reservation durably without touching counters: for traffic that no
-        hard limit governs, served while the counters cannot be reached."""
+    async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
+        """Record the reservation durably and add every charge to its counter if all stay
+        within their limits; a refused reservation holds nothing. When the counters cannot
+        be reached: with ``fail_open`` the recorded reservation is admitted unmetered,
+        otherwise it is refused and ``StoreUnavailable`` raised."""
         ...
 
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:

@@ -103,7 +103,7 @@ class SharedLedger:
     def _key(self, counter: str) -> str:
         return f"{self._prefix}counter:{counter}"
 
-    async def reserve(self, reservation: Reservation) -> Verdict:
+    async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
         charges = reservation.charges
         keys = [self._key(charge.key) for charge in charges]
         args: list[Any] = []
@@ -119,21 +119,55 @@ class SharedLedger:
                 for index in result[1:]:
                     await self._load(charges[int(index) - 1])
             else:
-                raise StoreUnavailable("counters could not be loaded from the ledger")
-        except RedisError as error:
-            raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
+                raise RedisError("counters could not be loaded from the ledger")
+        except (RedisError, StoreUnavailable) as error:
+            if not fail_open:
+                raise StoreUnavailable(f"the counters are unavailable: {type(error).__name__}") from None
+            await self._record(reservation)  # no counters, but the spend is not lost
+            return Verdict(None, (), unmetered=True)
         if result[0] == b"blocked":
             return Verdict(charges[int(result[1]) - 1], ())
         try:
             await self._record(reservation)
         except StoreUnavailable:
-            await self._undo(reservation)
+            await self._take_back(f"{self._prefix}reserved:{reservation.id}", {c.key: c.amount for c in charges})
             raise
         return Verdict(None, tuple(charges[int(index) - 1] for index in result[1:]))
 
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
+        """Redis first, then PostgreSQL: if a counter is reloaded in between, it is reloaded
+        from the unsettled row (the bound): over, never under. A PostgreSQL failure, or a
+        row that had already moved to another final state, takes the Redis change back."""
+        deltas = settle_deltas(charges, final.amounts)
+        marker = f"{self._prefix}settled:{reservation_id}:{final.state}"
+        after: list[int] | None = None
+        if deltas:
+            try:
+                after = await self._settle_script(keys=[marker, *(self._key(key) for key in deltas)], args=[_MARKER_SECONDS, *deltas.values()]) or None
+            except RedisError as error:
+                # The counters keep the reserved bound (safe, not exact) until their period ends
+                # or `portcullis ledger reconcile --reload-counters`.
+                log.error("settlement of %s: Redis counters were not adjusted (%s)", reservation_id, type(error).__name__)
+        try:
+            row = await self._settle_row(reservation_id, final)
+        except StoreUnavailable:
+            if after is not None:
+                await self._take_back(marker, deltas)
+            raise
+        if row is None or not row[1]:
+            previous = row[0] if row else "unknown"
+            if after is not None and previous != final.state:  # not a replay of this settlement: another one had won
+                await self._take_back(marker, deltas)
+            return Outcome(previous, replayed=True)
+        reached = []
+        for key, value in zip(deltas, after or (), strict=False):
+            charge = next(c for c in charges if c["key"] == key)
+            if value >= 0:
+                reached += [(key, t) for t in reached_thresholds(charge, value) if (key, t) not in self._fired]
+        return Outcome(final.state, thresholds=tuple(await self._fire_once(reached)))
+
+    async def _settle_row(self, reservation_id: str, final: Final) -> tuple[str, bool] | None:
         from_states = ["open", "pending"] if final.state == "reconciled" else ["open"]
-        now = self._clock()
         try:
             async with self._pool.connection(timeout=5) as connection:
                 cursor = await connection.execute(
@@ -148,32 +182,20 @@ class SharedLedger:
                         "served": _json(final.served),
                         "note": final.note,
                         "reconcile": final.state == "reconciled",
-                        "now": now,
+                        "now": self._clock(),
                     },
                 )
-                row = await cursor.fetchone()
+                return await cursor.fetchone()
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
-        if row is None or not row[1]:
-            return Outcome(row[0] if row else "unknown", replayed=True)
-        deltas = settle_deltas(charges, final.amounts)
-        if not deltas:
-            return Outcome(final.state)
+
+    async def _take_back(self, marker: str, deltas: dict[str, int]) -> None:
+        """Apply the opposite of ``deltas`` once: a change PostgreSQL did not confirm."""
         try:
-            after = await self._settle_script(
-                keys=[f"{self._prefix}settled:{reservation_id}:{final.state}", *(self._key(key) for key in deltas)], args=[_MARKER_SECONDS, *deltas.values()]
-            )
-        except RedisError as error:
-            # The durable record is right; the counters keep the reserved bound (safe, not exact)
-            # until their period ends or `portcullis ledger reconcile --reload-counters`.
-            log.error("settlement of %s recorded, but Redis counters were not adjusted (%s)", reservation_id, type(error).__name__)
-            return Outcome(final.state)
-        reached = []
-        for key, value in zip(deltas, after, strict=False):
-            charge = next(c for c in charges if c["key"] == key)
-            if value >= 0:
-                reached += [(key, t) for t in reached_thresholds(charge, value) if (key, t) not in self._fired]
-        return Outcome(final.state, thresholds=tuple(await self._fire_once(reached)))
+            await self._settle_script(keys=[f"{marker}:undo", *(self._key(key) for key in deltas)], args=[_MARKER_SECONDS, *(-d for d in deltas.values())])
+            await self._redis.delete(marker)
+        except RedisError:
+            log.error("a settlement's Redis change could not be taken back; reload counters with `portcullis ledger reconcile --reload-counters`")
 
     async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]:
         async with self._pool.connection(timeout=5) as connection:
@@ -216,9 +238,6 @@ class SharedLedger:
         value = {REQUESTS: requests, TOKENS: tokens, COST: cost}[metric]
         await self._redis.set(self._key(charge.key), int(value), nx=True, exat=int(charge.expires_at.timestamp()))
 
-    async def record(self, reservation: Reservation) -> None:
-        await self._record(reservation)
-
     async def _record(self, reservation: Reservation) -> None:
         principal, bound = reservation.principal, reservation.bound
         try:
@@ -245,30 +264,23 @@ class SharedLedger:
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
 
-    async def _undo(self, reservation: Reservation) -> None:
-        """Take back a reservation Redis admitted but PostgreSQL could not record."""
-        try:
-            await self._settle_script(
-                keys=[f"{self._prefix}settled:{reservation.id}:undone", *(self._key(c.key) for c in reservation.charges)],
-                args=[_MARKER_SECONDS, *(-c.amount for c in reservation.charges)],
-            )
-        except RedisError:
-            log.error("reservation %s could not be taken back from Redis; its counters hold it until their period ends", reservation.id)
-
     async def _fire_once(self, reached: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """The thresholds that fire now: each (counter, threshold) once across replicas."""
         fired: list[tuple[str, int]] = []
         if not reached:
             return fired
-        async with self._pool.connection(timeout=5) as connection:
-            for key, threshold in reached:
-                self._fired.add((key, threshold))  # known from here on: not asked again
-                cursor = await connection.execute(
-                    "INSERT INTO threshold_events (counter, threshold, fired_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING counter",
-                    (key, threshold, self._clock()),
-                )
-                if await cursor.fetchone():
-                    fired.append((key, threshold))
+        try:
+            async with self._pool.connection(timeout=5) as connection:
+                for key, threshold in reached:
+                    cursor = await connection.execute(
+                        "INSERT INTO threshold_events (counter, threshold, fired_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING counter",
+                        (key, threshold, self._clock()),
+                    )
+                    if await cursor.fetchone():
+                        fired.append((key, threshold))
+                    self._fired.add((key, threshold))  # recorded, here or by another replica: not asked again
+        except (psycopg.Error, TimeoutError):
+            log.error("budget threshold events could not be recorded; they fire on a later settlement")
         return fired
 
 

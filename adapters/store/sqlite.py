@@ -93,7 +93,7 @@ class SqliteLedger:
         self._clock = clock
         self._since_cleanup = 0
 
-    async def reserve(self, reservation: Reservation) -> Verdict:
+    async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
         keys = [charge.key for charge in reservation.charges]
         with _transaction(self._db):
             current = dict(self._db.execute(f"SELECT key, value FROM counters WHERE key IN ({','.join('?' * len(keys))})", keys).fetchall()) if keys else {}
@@ -108,10 +108,6 @@ class SqliteLedger:
             self._insert(reservation)
         self._cleanup()
         return verdict
-
-    async def record(self, reservation: Reservation) -> None:
-        with _transaction(self._db):
-            self._insert(reservation)
 
     def _insert(self, reservation: Reservation) -> None:
         principal = reservation.principal

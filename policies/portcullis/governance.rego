@@ -115,14 +115,23 @@ merge(group) := {
 	"metric": group[0].metric,
 	"period": group[0].period,
 	"block": block,
-	"warn": below(strictest([e | some e in group; e.policy == "Warn"]), block),
-	"hard": count([e | some e in blocking; e.hard]) > 0,
+	"warn": warn,
+	"hard": count([e | some e in blocking; e.limit == block; e.hard]) > 0,
 	"rules": sort({e.rule | some e in group}),
-	"thresholds": sort({t | some e in group; some t in object.get(e, "thresholds", [])}),
+	"thresholds": sort({t | some e in governing; some t in object.get(e, "thresholds", [])}),
 } if {
 	blocking := [e | some e in group; e.policy == "Block"]
 	block := strictest(blocking)
+	warn := below(strictest([e | some e in group; e.policy == "Warn"]), block)
+
+	# A counter's nature and alerts come from the rules whose limit governs it, so a
+	# stricter soft cap does not harden a looser hard one, and each rule's percentages
+	# stay percentages of its own limit.
+	ceiling := first_non_null([block, warn])
+	governing := [e | some e in group; e.limit == ceiling]
 }
+
+first_non_null(values) := [v | some v in values; v != null][0]
 
 # The lowest limit among entries, as written (budgets are decimal strings), or null.
 strictest(entries) := null if {
