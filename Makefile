@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,ner]'
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
@@ -46,6 +46,8 @@ bench: install-dev
 	@eval "$$($(BIN)/python scripts/test_services.py start)" || exit 1; \
 	status=0; \
 	$(BIN)/python bench/run.py $(BENCH_ARGS) || status=1; \
+	$(BIN)/python bench/pii.py || status=1; \
+	$(BIN)/python -m bench.pii_accuracy --ner || status=1; \
 	$(BIN)/python scripts/test_services.py stop; \
 	exit $$status
 

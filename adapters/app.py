@@ -21,9 +21,13 @@ from starlette.routing import Route
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager, load_bundle
-from portcullis.adapters.config import Config
+from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.gateway import Gateway, client_address, new_request_id
 from portcullis.adapters.governance import Governance
+from portcullis.adapters.pii.classifier import ClassifierDetector
+from portcullis.adapters.pii.detectors import Detector
+from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
+from portcullis.adapters.pii.vault import MemoryVault, RedisVault, Vault, vault_key
 from portcullis.adapters.protocols import anthropic_messages, openai_chat
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.providers.keys import KeyPool
@@ -46,8 +50,10 @@ class Runtime:
     audit: AuditLog
     gateway: Gateway
     authenticator: Authenticator
+    pii: PiiGuard
 
     async def close(self) -> None:
+        self.pii.close()
         for provider in self.providers.values():
             await provider.close()
         await self.store.close()
@@ -69,8 +75,34 @@ async def build_runtime(config: Config) -> Runtime:
     bundles = BundleManager(config, providers.keys(), active, today)
     authenticator = Authenticator(store, config.key_cache_seconds)
     governance = Governance(store.ledger, providers, audit)
-    gateway = Gateway(bundles, authenticator, providers, pools, audit, [governance], config.max_request_bytes, config.max_attempts, today)
-    return Runtime(config, bundles, store, providers, audit, gateway, authenticator)
+    classifier = ClassifierDetector(providers, pools, governance)
+    pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})
+    # Filters run first: governance sizes and reserves what will actually be sent.
+    gateway = Gateway(bundles, authenticator, providers, pools, audit, [pii, governance], config.max_request_bytes, config.max_attempts, today)
+    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii)
+
+
+async def build_pii_guard(config: PiiConfig, store: Store, redis_prefix: str, detectors: dict[str, Detector]) -> PiiGuard:
+    settings = VaultSettings(config.session_ttl_seconds, config.token_ttl_seconds)
+    encoded = config.vault_key()
+    key = vault_key(encoded) if encoded else None
+    if store.redis is not None:
+        if key is None:
+            log.warning("pii.vault.key_env is not set: the shared PII vault keeps values in Redis unsealed")
+        vault: Vault = RedisVault(store.redis, redis_prefix, key)
+    else:
+        vault = MemoryVault(config.max_sessions)
+    if config.ner_enabled:
+        from portcullis.adapters.pii.presidio import NerDetector
+
+        ner = NerDetector(config.ner_model, config.ner_max_chars)
+        try:
+            await ner.load()
+        except (ImportError, OSError) as error:  # OSError: spaCy cannot find the model package
+            ner.close()
+            raise ConfigError(f"pii.ner: the NER detector cannot load ({error}); install it with: pip install 'portcullis[ner]'") from None
+        detectors["ner"] = ner
+    return PiiGuard(vault, detectors, settings)
 
 
 def create_app(runtime: Runtime) -> Starlette:

@@ -24,7 +24,7 @@ log = logging.getLogger("portcullis.bundles")
 
 def load_bundle(config: Config, providers: Collection[str], today: dt.date) -> ActiveBundle:
     files = read_bundle_files(config.bundle_path)
-    return activate(parse_bundle(files, config.public_keys), providers, today)
+    return activate(parse_bundle(files, config.public_keys), providers, today, config.pii.detectors())
 
 
 def fingerprint(path: Path) -> tuple:

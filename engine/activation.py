@@ -19,6 +19,7 @@ from typing import Any
 from portcullis.engine import schemas
 from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
+from portcullis.engine.pii.policy import detector_problems
 from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.pricing import Price, PriceTable
 from portcullis.engine.rego import Policy, PolicyError
@@ -84,7 +85,9 @@ class ActiveBundle:
         self.policy.evaluate(VISIBLE_MODELS_RULE, {"principal": {}})
 
 
-def activate(bundle: Bundle, providers: Collection[str], today: dt.date) -> ActiveBundle:
+def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detectors: Collection[str] | None = None) -> ActiveBundle:
+    """``detectors``, when given, are the PII detectors this gateway runs: a policy that
+    needs another could not be enforced, so its bundle is refused."""
     data = bundle.data.get("portcullis")
     if not isinstance(data, dict):
         raise BundleError("bundle has no data under data.portcullis (tenants and catalog)")
@@ -94,6 +97,8 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date) -> Acti
     except Exception as error:
         raise BundleError(str(error)) from None
     problems = catalog_problems(data["catalog"], providers, prices, today)
+    if detectors is not None:
+        problems += detector_problems(data.get("pii"), data["catalog"], detectors)
     if problems:
         raise BundleError("; ".join(problems))
     try:

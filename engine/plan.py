@@ -11,37 +11,8 @@ from typing import Any
 
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.governance import Limits
-
-
-@dataclass(frozen=True)
-class Target:
-    """One authorised place a request may be dispatched to."""
-
-    canonical_model: str
-    provider: str
-    model: str  # the provider's own model ID
-    region: str
-    priority: int
-    context_window: int
-    max_output_tokens: int
-    capabilities: tuple[str, ...]
-
-    @classmethod
-    def from_plan(cls, entry: Mapping[str, Any]) -> Target:
-        return cls(
-            canonical_model=entry["canonical_model"],
-            provider=entry["provider"],
-            model=entry["model"],
-            region=entry["region"],
-            priority=entry["priority"],
-            context_window=entry["context_window"],
-            max_output_tokens=entry["max_output_tokens"],
-            capabilities=tuple(entry.get("capabilities", ())),
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {"provider": self.provider, "model": self.model, "region": self.region, "canonical_model": self.canonical_model}
-
+from portcullis.engine.pii.policy import PiiPolicy
+from portcullis.engine.target import Target
 
 # How a refusal reads to the client: the policy names the reason, the gateway picks the status.
 _DENIAL_KINDS = {
@@ -61,6 +32,7 @@ class DecisionPlan:
     targets: tuple[Target, ...]
     rejected_targets: tuple[Mapping[str, Any], ...]
     limits: Limits
+    pii: PiiPolicy | None = None
 
     @classmethod
     def from_policy(cls, document: Mapping[str, Any], principal: Mapping[str, Any]) -> DecisionPlan:
@@ -72,6 +44,7 @@ class DecisionPlan:
             targets=tuple(Target.from_plan(entry) for entry in document["targets"]),
             rejected_targets=tuple(document["rejected_targets"]),
             limits=Limits.from_plan(document.get("limits"), principal),
+            pii=PiiPolicy.from_plan(document.get("pii")),
         )
 
     def refusal(self) -> GatewayError:
@@ -105,4 +78,6 @@ class DecisionPlan:
             view["rules"] = sorted({rule for counter in self.limits.counters for rule in counter.rules})
         if self.limits.unlimited:
             view["unlimited"] = list(self.limits.unlimited)
+        if self.pii is not None:
+            view["pii_policies"] = list(self.pii.policies)
         return view

@@ -113,6 +113,7 @@ def write_bundle(
     revision: str = "test-1",
     extra: dict[str, str] | None = None,
     governance: dict[str, Any] | None = None,
+    pii: dict[str, Any] | None = None,
 ) -> Path:
     """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
     if directory.exists():
@@ -127,6 +128,9 @@ def write_bundle(
     if governance is not None:
         (directory / "portcullis" / "governance").mkdir()
         (directory / "portcullis" / "governance" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"rules": governance}))))
+    if pii is not None:
+        (directory / "portcullis" / "pii").mkdir()
+        (directory / "portcullis" / "pii" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"policies": pii}))))
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     for name, content in (extra or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
@@ -135,6 +139,26 @@ def write_bundle(
 
 
 # --- real services ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A Redis of the test's own, for tests that take it away mid-test."""
+    import socket
+
+    server = shutil.which("redis-server")
+    assert server, "redis-server is installed by make test's service setup"
+    port = free_port()
+    process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline, "the private redis-server did not start"
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait()
 
 
 @dataclass(frozen=True)

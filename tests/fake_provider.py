@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import json
 import socket
 import threading
@@ -49,6 +50,8 @@ class Reply:
     delay: float = 0.0  # before the response starts
     event_delay: float = 0.0  # between stream events
     reports_usage: bool = True  # some OpenAI-compatible servers send no usage at all
+    pieces: int = 3  # deltas each streamed text or tool input is split into
+    echo: bool = False  # answer with the last user message's text, as the provider received it
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,9 @@ _ANTHROPIC_ERRORS = {
 
 
 class FakeProvider:
-    def __init__(self, api_key: str = "sk-fake-upstream", name: str = "fake") -> None:
+    def __init__(self, api_key: str = "sk-fake-upstream", name: str = "fake", default: Reply | None = None) -> None:
         self.api_key = api_key
+        self.default = default or Reply()  # what an unscripted request gets
         self.accepted_keys = {api_key}  # a provider account can hold several keys
         self.name = name
         self.received: list[Received] = []
@@ -175,7 +179,7 @@ class FakeProvider:
     def _next(self, model: str) -> Behaviour:
         with self._lock:
             queue = self._scripts.get(model)
-            return queue.popleft() if queue else Reply()
+            return queue.popleft() if queue else self.default
 
     # --- Anthropic Messages ------------------------------------------------------------
 
@@ -198,7 +202,7 @@ class FakeProvider:
             return Response(status_code=307, headers={"location": behaviour.location})
         if isinstance(behaviour, Fail):
             return _anthropic_error(behaviour.status, "Overloaded" if behaviour.status == 529 else "fake failure", behaviour.retry_after)
-        reply = await _reply(behaviour)
+        reply = _echoed(await _reply(behaviour), payload)
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if not payload.get("stream"):
             return _json(_anthropic_message(message_id, payload["model"], reply), {"request-id": f"req_{uuid.uuid4().hex[:20]}"})
@@ -221,7 +225,7 @@ class FakeProvider:
         behaviour = self._next(payload["model"])
         if isinstance(behaviour, Fail):
             return _openai_error(behaviour.status, "fake failure", retry_after=behaviour.retry_after)
-        reply = await _reply(behaviour)
+        reply = _echoed(await _reply(behaviour), payload)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if not payload.get("stream"):
             return _json(_openai_completion(completion_id, payload["model"], reply), {"x-request-id": uuid.uuid4().hex})
@@ -266,6 +270,18 @@ async def _paced(events: list[bytes], delay: float, behaviour: Behaviour, error_
         if delay:
             await asyncio.sleep(delay)
         yield event
+
+
+def _echoed(reply: Reply, payload: dict[str, Any]) -> Reply:
+    if not reply.echo:
+        return reply
+    said = ""
+    for message in payload.get("messages") or []:
+        if message.get("role") == "user":
+            content = message.get("content")
+            parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+            said = " ".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return dataclasses.replace(reply, text=said)
 
 
 def _split(text: str, parts: int = 3) -> list[str]:
@@ -317,14 +333,14 @@ def _anthropic_events(message_id: str, model: str, reply: Reply) -> list[bytes]:
     index = 0
     if reply.text:
         events.append(_sse({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}, "content_block_start"))
-        for piece in _split(reply.text):
+        for piece in _split(reply.text, reply.pieces):
             events.append(_sse({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}, "content_block_delta"))
         events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
         index += 1
     for call in reply.tool_calls:
         block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
         events.append(_sse({"type": "content_block_start", "index": index, "content_block": block}, "content_block_start"))
-        for piece in _split(json.dumps(call.input)):
+        for piece in _split(json.dumps(call.input), reply.pieces):
             events.append(
                 _sse({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}, "content_block_delta")
             )
@@ -387,10 +403,10 @@ def _openai_events(completion_id: str, model: str, reply: Reply, include_usage: 
         return _sse({**envelope, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra})
 
     events = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    events += [chunk({"content": piece}) for piece in _split(reply.text)]
+    events += [chunk({"content": piece}) for piece in _split(reply.text, reply.pieces)]
     for i, call in enumerate(reply.tool_calls):
         events.append(chunk({"tool_calls": [{"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}]}))
-        events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}) for piece in _split(json.dumps(call.input))]
+        events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}) for piece in _split(json.dumps(call.input), reply.pieces)]
     events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
     if include_usage and reply.reports_usage:
         events.append(_sse({**envelope, "choices": [], "usage": _openai_usage(reply)}))
@@ -421,6 +437,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Run the fake provider on its own (benchmarks).")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--api-key", default="sk-fake-upstream")
+    parser.add_argument("--echo", action="store_true", help="answer every request with its last user message")
     args = parser.parse_args()
-    fake = FakeProvider(args.api_key)
+    fake = FakeProvider(args.api_key, default=Reply(echo=True) if args.echo else None)
     uvicorn.run(fake.app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, lifespan="off", http="httptools", loop="uvloop")

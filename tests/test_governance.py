@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,8 +21,8 @@ import openai
 import psycopg
 import pytest
 
-from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, target, write_bundle
-from tests.fake_provider import CutStream, Fail, Reply, free_port
+from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, private_redis, target, write_bundle
+from tests.fake_provider import CutStream, Fail, Reply
 
 METERED = "metered-model"
 METERED_UPSTREAM = "metered-upstream"
@@ -338,27 +336,16 @@ def test_counters_come_back_from_the_ledger_after_redis_loses_them(tmp_path: Pat
 
 
 def test_unreachable_redis_fails_hard_caps_closed_and_loses_nothing(tmp_path: Path, fresh_gateway, fakes: Fakes, services: Services) -> None:
-    server = shutil.which("redis-server")
-    assert server, "redis-server is installed by make test's service setup"
-    port = free_port()
-    redis_process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    with private_redis() as redis_url:
         capped, free = unique_team(), unique_team()
         rules = {f"{capped}-cap": {"subject": {"team": capped}, "budget": {"limit_usd": "5", "period": "CalendarMonth"}}}
-        env = {"DATABASE_URL": services.database_url, "REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+        env = {"DATABASE_URL": services.database_url, "REDIS_URL": redis_url}
         gateway = fresh_gateway(
             bundle=metered_bundle(tmp_path / "b", capped, rules, extra_teams=(free,)), env=env, store={"kind": "shared"}, auth={"key_cache_seconds": 300}
         )
         capped_key, free_key = gateway.key(capped, env=env), gateway.key(free, env=env)
         for key in (capped_key, free_key):  # verified once, while Redis is up
             assert httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(key)).status_code == 200
-    finally:
-        redis_process.terminate()
-        redis_process.wait()
     refused = httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(capped_key))
     assert refused.status_code == 503 and "limits cannot be checked" in refused.json()["error"]["message"]
     served = httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(free_key))

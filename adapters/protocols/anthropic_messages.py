@@ -7,8 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from portcullis.adapters.protocols import (
+    ALL_CHANNELS,
     ANTHROPIC_MESSAGES,
+    SIGNED,
     ParsedRequest,
+    StreamText,
+    TextVisitor,
+    content_kind,
     invalid,
     optional_bool,
     optional_list,
@@ -16,6 +21,8 @@ from portcullis.adapters.protocols import (
     parse_json_object,
     require_list,
     require_string,
+    visit_leaves,
+    visit_schema,
 )
 from portcullis.adapters.protocols.sse import SSEEvent, encode
 from portcullis.engine.errors import ErrorKind, GatewayError
@@ -178,3 +185,108 @@ class StreamUsage:
     @property
     def usage(self) -> Usage:
         return usage_of({"usage": {"input_tokens": 0, "output_tokens": 0, **self._fields}}) or Usage()
+
+
+# --- prompt and answer text -----------------------------------------------------------
+
+# Blocks the provider itself produced and signs or encrypts; they go back unchanged.
+_PROVIDER_OPAQUE = frozenset({"redacted_thinking"})
+
+
+def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
+    """Visits every string of the request the model will read, in the order it reads
+    them (tools first), so placeholders number in prompt order and a new turn never
+    renumbers an earlier one; returns the kinds of content found that cannot be inspected (images, binary documents, block types this
+    gateway does not know)."""
+    opaque: list[str] = []
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict):
+            if isinstance(tool.get("description"), str):
+                tool["description"] = visit("tool_descriptions", tool["description"])
+            visit_schema(tool.get("input_schema"), visit)
+    system = body.get("system")
+    if isinstance(system, str):
+        body["system"] = visit("text", system)
+    elif isinstance(system, list):
+        _visit_blocks(system, "text", visit, opaque)
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            message["content"] = visit("text", content)
+        elif isinstance(content, list):
+            _visit_blocks(content, "text", visit, opaque)
+    return opaque
+
+
+def _visit_blocks(blocks: list[Any], surface: str, visit: TextVisitor, opaque: list[str]) -> None:
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            block["text"] = visit(surface, block["text"])
+        elif kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+            block["input"] = visit_leaves(block.get("input"), "tool_arguments", visit)
+        elif kind in ("tool_result", "mcp_tool_result"):
+            content = block.get("content")
+            if isinstance(content, str):
+                block["content"] = visit("tool_results", content)
+            elif isinstance(content, list):
+                _visit_blocks(content, "tool_results", visit, opaque)
+        elif kind == "search_result":
+            for field in ("title", "source"):
+                if isinstance(block.get(field), str):
+                    block[field] = visit("tool_results", block[field])
+            _visit_blocks(block.get("content") or [], "tool_results", visit, opaque)
+        elif kind == "document":
+            _visit_document(block, surface, visit, opaque)
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            visit(SIGNED, block["thinking"])  # read, never changed: the provider checks its signature
+        elif kind not in _PROVIDER_OPAQUE:
+            opaque.append(content_kind(kind))
+
+
+def _visit_document(block: dict[str, Any], surface: str, visit: TextVisitor, opaque: list[str]) -> None:
+    for field in ("title", "context"):
+        if isinstance(block.get(field), str):
+            block[field] = visit(surface, block[field])
+    source = block.get("source")
+    if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
+        source["data"] = visit(surface, source["data"])
+    elif isinstance(source, dict) and source.get("type") == "content" and isinstance(source.get("content"), list):
+        _visit_blocks(source["content"], surface, visit, opaque)
+    else:
+        opaque.append("document")
+
+
+def visit_answer(message: dict[str, Any], visit: TextVisitor) -> None:
+    """Visits the text and tool input of a response (not its thinking: signed)."""
+    for block in message.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            block["text"] = visit("text", block["text"])
+        elif block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
+            block["input"] = visit_leaves(block.get("input"), "tool_arguments", visit)
+
+
+def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
+    """The text an event adds to a content block (thinking deltas excepted: signed)."""
+    if event.get("type") != "content_block_delta":
+        return []
+    delta = event.get("delta")
+    if not isinstance(delta, dict):
+        return []
+    if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+        return [StreamText(event.get("index"), delta, "text")]
+    if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        return [StreamText(event.get("index"), delta, "partial_json", json=True)]
+    return []
+
+
+def stream_ends(event: Mapping[str, Any]) -> Any:
+    """The channel an event closes; ``ALL_CHANNELS`` when it closes every one."""
+    kind = event.get("type")
+    if kind == "content_block_stop":
+        return event.get("index")
+    return ALL_CHANNELS if kind in ("message_delta", "message_stop") else None

@@ -8,8 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from portcullis.adapters.protocols import (
+    ALL_CHANNELS,
     OPENAI_CHAT,
     ParsedRequest,
+    StreamText,
+    TextVisitor,
+    content_kind,
     invalid,
     optional_bool,
     optional_list,
@@ -17,6 +21,8 @@ from portcullis.adapters.protocols import (
     parse_json_object,
     require_list,
     require_string,
+    visit_json_text,
+    visit_schema,
 )
 from portcullis.adapters.protocols.sse import SSEEvent, encode
 from portcullis.engine.errors import ErrorKind, GatewayError
@@ -169,3 +175,83 @@ class StreamUsage:
         reported = usage_of(chunk) if isinstance(chunk, dict) else None
         if reported is not None:
             self.usage, self.known = reported, True
+
+
+# --- prompt and answer text -----------------------------------------------------------
+
+_UNINSPECTABLE_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file"}
+
+
+def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
+    """Visits every string of the request the model will read, in the order it reads
+    them (tools first), so placeholders number in prompt order and a new turn never
+    renumbers an earlier one; returns the kinds of content found that cannot be inspected (images, audio, files, unknown parts)."""
+    opaque: list[str] = []
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict):
+            if isinstance(function.get("description"), str):
+                function["description"] = visit("tool_descriptions", function["description"])
+            visit_schema(function.get("parameters"), visit)
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        surface = "tool_results" if message.get("role") in ("tool", "function") else "text"
+        content = message.get("content")
+        if isinstance(content, str):
+            message["content"] = visit(surface, content)
+        elif isinstance(content, list):
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                kind = part.get("type")
+                if kind in ("text", "refusal") and isinstance(part.get(kind), str):
+                    part[kind] = visit(surface, part[kind])
+                else:
+                    opaque.append(_UNINSPECTABLE_PARTS.get(kind) or content_kind(kind))
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                function["arguments"] = visit_json_text(function["arguments"], "tool_arguments", visit)
+        legacy = message.get("function_call")
+        if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
+            legacy["arguments"] = visit_json_text(legacy["arguments"], "tool_arguments", visit)
+    return opaque
+
+
+def visit_answer(completion: dict[str, Any], visit: TextVisitor) -> None:
+    """Visits each choice's text and the string leaves of its tool-call arguments."""
+    for choice in completion.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            continue
+        if isinstance(message.get("content"), str):
+            message["content"] = visit("text", message["content"])
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                function["arguments"] = visit_json_text(function["arguments"], "tool_arguments", visit)
+
+
+def stream_texts(chunk: Mapping[str, Any]) -> list[StreamText]:
+    texts = []
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict):
+            continue
+        index = choice.get("index", 0)
+        if isinstance(delta.get("content"), str):
+            texts.append(StreamText((index, "content"), delta, "content"))
+        for call in delta.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                texts.append(StreamText((index, "tool", call.get("index", 0)), function, "arguments", json=True))
+    return texts
+
+
+def stream_ends(chunk: Mapping[str, Any]) -> Any:
+    """A finished choice closes all its channels; the stream's end closes the rest."""
+    for choice in chunk.get("choices") or []:
+        if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+            return ALL_CHANNELS
+    return None

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Protocol
 from portcullis.adapters.config import StoreConfig
 
 if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
     from portcullis.adapters.providers.keys import Capacity
     from portcullis.adapters.store.ledger import Ledger
 
@@ -57,6 +59,7 @@ class Store:
     auth_failures: FailureCounter
     ledger: Ledger
     capacity: Capacity  # provider keys' per-minute use and cooldowns
+    redis: Redis | None = None  # the shared store's Redis, for state that lives there (the PII vault)
 
     async def close(self) -> None:
         await self.keys.close()
@@ -79,7 +82,8 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
 
     keys = await PostgresKeyStore.open(config.url(config.database_url_env), migrate=migrate)
     failures = RedisFailureCounter(config.url(config.redis_url_env), max_failures, window, config.redis_prefix)
-    return Store(keys, failures, SharedLedger(failures.redis, keys.pool, config.redis_prefix), RedisCapacity(failures.redis, config.redis_prefix))
+    ledger = SharedLedger(failures.redis, keys.pool, config.redis_prefix)
+    return Store(keys, failures, ledger, RedisCapacity(failures.redis, config.redis_prefix), failures.redis)
 
 
 def migration_files(dialect: str) -> list[tuple[int, str, str]]:

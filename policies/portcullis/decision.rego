@@ -23,6 +23,7 @@ refuse(request, code, message) := {
 	"targets": [],
 	"rejected_targets": [],
 	"limits": {"counters": [], "unlimited": [], "effective": {}},
+	"pii": null,
 }
 
 # Every candidate (the model's own targets, then its fallbacks') is re-authorised
@@ -52,6 +53,7 @@ authorise(principal, request, model) := plan if {
 			not i in authorised
 		],
 		"limits": limits_for(principal),
+		"pii": pii_for(principal),
 	}
 }
 

@@ -1,0 +1,34 @@
+"""Detectors: each finds entity types in a batch of texts. ``patterns`` (regex +
+checksum, pure, always on) runs inline; the others are optional layers a policy asks
+for by name."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from portcullis.engine.pii import recognizers
+from portcullis.engine.pii.recognizers import Finding
+
+if TYPE_CHECKING:
+    from portcullis.adapters.gateway import Exchange
+
+
+class DetectorFailed(Exception):
+    """A detector could not finish; the PII policy's ``on_error`` decides."""
+
+
+class Detector(Protocol):
+    name: str
+
+    async def detect(self, texts: Sequence[str], entities: Collection[str], exchange: Exchange) -> list[list[Finding]]:
+        """Findings for each text, in the same order."""
+        ...
+
+
+class PatternDetector:
+    name = "patterns"
+
+    async def detect(self, texts: Sequence[str], entities: Collection[str], exchange: Exchange) -> list[list[Finding]]:
+        wanted = [entity for entity in recognizers.ENTITY_ORDER if entity in entities]
+        return [recognizers.find(text, wanted) if wanted else [] for text in texts]

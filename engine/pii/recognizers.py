@@ -1,0 +1,301 @@
+"""Structured identifiers found by pattern and confirmed by checksum or format rules.
+
+A pattern only proposes a candidate; a validator decides. Card numbers must pass
+Luhn and start like a card, IBANs must have their country's length and pass mod 97,
+Korean RRNs and Japanese My Numbers must carry a valid check digit and (RRN) a real
+birth date, SSNs must follow the SSA's allocation rules, IP addresses must parse.
+Each entity type is one compiled pattern; ``find`` runs them all and keeps, where
+findings overlap, the one that ranks first in ``ENTITY_ORDER`` (then the longest).
+
+What regex cannot see (names, places, organisations) is the NER detector's job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import re2
+
+# The entity types this module finds, most specific first: when two findings
+# overlap, the earlier type wins (a key inside a PEM block is the block; a card
+# number is not also a phone number).
+ENTITY_ORDER = ("SECRET", "EMAIL", "IBAN", "CREDIT_CARD", "KR_RRN", "JP_MY_NUMBER", "US_SSN", "IP_ADDRESS", "PHONE")
+# Types other detectors report; the policy may name these too.
+NER_ENTITIES = ("PERSON", "LOCATION", "ORGANIZATION")
+ALL_ENTITIES = ENTITY_ORDER + NER_ENTITIES
+
+
+@dataclass(frozen=True)
+class Finding:
+    entity: str
+    start: int
+    end: int
+    score: float = 1.0
+    detector: str = "patterns"
+
+
+# --- validators ----------------------------------------------------------------------
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for i, char in enumerate(reversed(digits)):
+        d = ord(char) - 48
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+# Issuer prefixes of the major schemes (Visa, Mastercard incl. 2-series, Amex, Diners,
+# Discover, JCB, UnionPay, Maestro): a Luhn-valid number with another prefix is far
+# more often an order number than a card.
+_CARD_PREFIX = re.compile(r"4|5[1-5]|2[2-7]|3[47]|3[068]|6[0245]|35|62|67")
+
+
+# How cards are printed when grouped: 4-4-4-4(-3), Amex 4-6-5, Diners 4-6-4. A
+# Luhn-valid number grouped otherwise (a French SIRET is 3-3-3-5) is something else.
+_CARD_GROUPS = {(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3)}
+
+
+def _card(text: str) -> bool:
+    groups = tuple(len(group) for group in re.split(r"[ -]", text))
+    digits = "".join(re.split(r"[ -]", text))
+    if len(groups) > 1 and groups not in _CARD_GROUPS:
+        return False
+    return 13 <= len(digits) <= 19 and bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits)
+
+
+# ISO 13616 lengths of the registry's countries.
+_IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29, "BY": 28, "CH": 21,
+    "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27,
+    "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
+    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24,
+    "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29,
+    "RO": 24, "RS": 22, "SA": 24, "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28, "TL": 23, "TN": 24,
+    "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+}  # fmt: skip
+
+
+def iban_valid(compact: str) -> bool:
+    if _IBAN_LENGTHS.get(compact[:2]) != len(compact):
+        return False
+    rearranged = compact[4:] + compact[:4]
+    return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
+
+
+_RRN_WEIGHTS = (2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5)
+
+
+def kr_rrn_valid(text: str) -> bool:
+    """Birth date, sex/century digit 1–4 and the check digit. Numbers issued since
+    October 2020 no longer carry a check digit; they are not found by this rule."""
+    digits = text.replace("-", "")
+    century = {"1": 1900, "2": 1900, "3": 2000, "4": 2000}.get(digits[6])
+    if century is None:
+        return False
+    try:
+        dt.date(century + int(digits[0:2]), int(digits[2:4]), int(digits[4:6]))
+    except ValueError:
+        return False
+    total = sum(int(d) * w for d, w in zip(digits[:12], _RRN_WEIGHTS, strict=True))
+    return (11 - total % 11) % 10 == int(digits[12])
+
+
+def jp_my_number_valid(text: str) -> bool:
+    digits = re.sub(r"[ -]", "", text)
+    body = [int(d) for d in digits[:11]]
+    total = sum(p * (n + 1 if n <= 6 else n - 5) for n, p in enumerate(reversed(body), start=1))
+    remainder = total % 11
+    return (0 if remainder <= 1 else 11 - remainder) == int(digits[11])
+
+
+def _ssn(text: str) -> bool:
+    area, group, serial = text.split("-")
+    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
+def _ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ipv6(text: str) -> bool:
+    if text != "::1" and sum(c.isalnum() for c in text) < 2:  # "::" alone, or "a::" in C++-like text
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _phone(text: str) -> bool:
+    digits = sum(c.isdigit() for c in text)
+    return 8 <= digits <= 15
+
+
+def _credential_like(value: str) -> bool:
+    """A value assigned to a secret-sounding name is a credential when it looks random:
+    letters and digits both, not a dotted name (``tokens=request.max_tokens``)."""
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and re.fullmatch(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+", value) is None
+
+
+def _secret(text: str) -> bool:
+    if text.startswith("-----BEGIN"):
+        return True
+    # A run of one repeated character is a placeholder (AKIAXXXXXXXXXXXXXXXX), a "$VAR"
+    # or "{{ var }}" a reference, a URL an endpoint ("token_uri": "https://..."): not keys.
+    return re.search(r"(.)\1{7}", text) is None and not text.startswith(("$", "<", "{", "%")) and "://" not in text
+
+
+# --- patterns --------------------------------------------------------------------------
+#
+# Scanning is two-step because Python's `re` costs 20–40 ns per character for a
+# pattern that starts with a character class, and requests run to 100 KB. One RE2
+# pass (linear time, ~3–8 ns per character) finds *triggers* — digit clusters, an
+# "@", credential prefixes, IBAN heads, colon groups — and only the few windows around
+# a trigger are matched precisely with `re` (lookarounds, back-references) and validated.
+
+# Boundaries are ASCII: Korean and Japanese attach particles straight to a number
+# ("5678입니다", "hanako@example.jp宛て"), and `\w` would count those as part of it.
+_A = "A-Za-z0-9_"
+_D = rf"(?<![{_A}.+-])"  # not glued to a word, a decimal or a sign
+_E = rf"(?![{_A}-]|\.\d)"  # likewise at the end
+
+_PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
+    "SECRET": (
+        "|".join(
+            (
+                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]{16,8192}?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+                rf"(?<![{_A}])(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{{16}}(?![{_A}])",
+                rf"(?<![{_A}])gh[pousr]_[A-Za-z0-9]{{36,255}}(?![{_A}])",
+                rf"(?<![{_A}])github_pat_[A-Za-z0-9_]{{60,255}}",
+                rf"(?<![{_A}])sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{{20,}}",
+                rf"(?<![{_A}])xox[abposr]-[A-Za-z0-9-]{{10,}}",
+                rf"(?<![{_A}])AIza[0-9A-Za-z_-]{{35}}(?![{_A}])",
+                rf"(?<![{_A}])eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}",
+                # a bearer credential, and a value assigned to a name that says it is secret:
+                # the credential only, not the scheme or the name before it
+                r"[Bb]earer (?P<token>[A-Za-z0-9._~+/-]{16,}=*)",
+                r"(?i:secret|token|passw(?:or)?d|api[_-]?key|private[_-]?key)[A-Za-z0-9_]*[\"']?\s*[:=]\s*[\"']?(?P<value>[A-Za-z0-9+/=._~!@#$%^&*-]{12,})",
+            )
+        ),
+        _secret,
+    ),
+    "EMAIL": (r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+(?:[A-Za-z]{2,24}|xn--[a-z0-9-]{1,59})(?![A-Za-z0-9-])", None),
+    "IBAN": (rf"(?<![{_A}])[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]{{4}}){{2,7}}(?: ?[A-Z0-9]{{1,3}})?(?![{_A}])", lambda t: iban_valid(t.replace(" ", ""))),
+    "CREDIT_CARD": (_D + r"\d(?:[ -]?\d){12,18}" + _E, _card),
+    "KR_RRN": (_D + r"\d{2}[01]\d[0-3]\d-?[1-4]\d{6}" + _E, kr_rrn_valid),
+    # not twelve digits out of a longer grouped number, at either end
+    "JP_MY_NUMBER": (r"(?<!\d[ -])" + _D + r"\d{4}([ -]?)\d{4}\1\d{4}(?!\1\d)" + _E, jp_my_number_valid),
+    "US_SSN": (_D + r"\d{3}-\d{2}-\d{4}" + _E, _ssn),
+    "IP_ADDRESS": (
+        rf"(?<![{_A}.])(?:\d{{1,3}}\.){{3}}\d{{1,3}}(?![{_A}]|\.\d)"
+        + rf"|(?<![{_A}:.])(?:[0-9A-Fa-f]{{0,4}}:){{2,7}}(?:[0-9A-Fa-f]{{1,4}}|(?:\d{{1,3}}\.){{3}}\d{{1,3}})?(?![{_A}:])",
+        lambda t: _ipv4(t) if ":" not in t else _ipv6(t),
+    ),
+    "PHONE": (
+        "|".join(
+            (
+                # international: +CC, an optional area code in brackets, then groups
+                rf"(?<![{_A}+])\+\d{{1,3}}(?:[ .-]?\(\d{{1,4}}\))?(?:[ .-]?\d{{1,4}}){{2,5}}(?![{_A}-])",
+                # national forms: (415) 555-0132, 415-555-0132, 010-1234-5678, 0504-1234-5678,
+                # 06 12 34 56 78, 030 12345678, 612 34 56 78, 91 123 45 67
+                _D + r"\(\d{3}\) ?\d{3}-\d{4}" + _E,
+                _D + r"\d{3}[-.]\d{3}[-.]\d{4}" + _E,
+                _D + r"0\d{1,3}-\d{3,4}-\d{4}" + _E,
+                _D + r"0\d(?: \d{2}){4}" + _E,
+                _D + r"0\d{2,4} \d{6,8}" + _E,
+                _D + r"[6-9]\d{2}(?: \d{2}){3}" + _E,
+                _D + r"9\d \d{3}(?: \d{2}){2}" + _E,
+            )
+        ),
+        _phone,
+    ),
+}
+_SHRINKABLE = frozenset({"CREDIT_CARD"})
+
+
+def _group_ends(value: str) -> list[int]:
+    """Where a grouped number could end short of the whole match, longest first."""
+    return [i for i in range(len(value) - 1, 0, -1) if value[i] in " -"]
+
+
+_VALUE_GROUPS = ("token", "value")  # where a match names the sensitive part, only that part counts
+_COMPILED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _PRECISE.items()}
+
+# Triggers, in RE2 syntax (no lookarounds): each group names the entity types whose
+# precise patterns run in a window around it, and how far the window reaches.
+_TRIGGERS: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
+    (r"[+(]?\d[\d ().-]{5,}\d", ("CREDIT_CARD", "KR_RRN", "JP_MY_NUMBER", "US_SSN", "IP_ADDRESS", "PHONE"), 1, 1),
+    (r"@", ("EMAIL",), 70, 270),
+    (r"-----BEGIN", ("SECRET",), 0, 8300),
+    (r"AKIA|ASIA|AGPA|AIDA|AROA|gh[pousr]_|github_pat_|sk-|xox[abposr]-|AIza|eyJ|[Bb]earer ", ("SECRET",), 8, 400),
+    (r"(?i:secret|token|passw|api.?key|private.?key)[A-Za-z0-9_]*[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9+/=._~!@#$%^&*-]{12,}", ("SECRET",), 8, 8),
+    (r"[A-Z]{2}\d{2} ?[A-Z0-9]{4}", ("IBAN",), 1, 45),
+    (r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:", ("IP_ADDRESS",), 5, 45),
+)
+_TRIGGER = re2.compile("|".join(f"({pattern})" for pattern, *_ in _TRIGGERS))
+# "version 1.2.3.4", '__version__ = "4.2.0.1"', "버전 2.7.0.3": a dotted quad the same line
+# calls a version is not a host.
+_VERSION_BEFORE = re.compile(r"(?:\bv|\bver\.?) ?$|(?:version|versión|release|버전|バージョン)[^\n]{0,60}$", re.IGNORECASE)
+
+
+def find(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
+    """Every structured identifier in ``text`` (limited to ``entities`` when given),
+    in order, without overlaps."""
+    wanted = set(ENTITY_ORDER if entities is None else entities)
+    found: set[Finding] = set()
+    for trigger in _TRIGGER.finditer(text):
+        _, kinds, before, after = _TRIGGERS[trigger.lastindex - 1]
+        start, end = max(0, trigger.start() - before), min(len(text), trigger.end() + after)
+        for entity in kinds:
+            if entity in wanted:
+                found.update(_precise(entity, text, start, end, trigger.start(), trigger.end()))
+    return resolve_overlaps(found)
+
+
+def _precise(entity: str, text: str, start: int, end: int, hit_start: int, hit_end: int) -> Iterator[Finding]:
+    pattern, validate = _COMPILED[entity]
+    # `pos` lets lookbehinds see before the window; one character past `endpos` lets
+    # lookaheads see what follows it.
+    for match in pattern.finditer(text, start, min(len(text), end + 1)):
+        if match.end() < hit_start or match.start() > hit_end:
+            continue  # a neighbour of the trigger (touching counts: a bearer token follows its scheme)
+        named = [name for name in _VALUE_GROUPS if match.groupdict().get(name) is not None]
+        start, end = match.span(named[0]) if named else match.span()
+        value = text[start:end]
+        if validate is not None and not validate(value):
+            if entity not in _SHRINKABLE:
+                continue
+            # "4111 1111 1111 1111 2024": the card is the valid prefix, not the greedy run
+            end = next((start + cut for cut in _group_ends(value) if validate(value[:cut])), 0)
+            if not end:
+                continue
+            value = text[start:end]
+        if named == ["value"] and not _credential_like(value):
+            continue
+        if entity == "IP_ADDRESS" and ":" not in value and _VERSION_BEFORE.search(text, max(0, start - 90), start):
+            continue
+        yield Finding(entity, start, end)
+
+
+def resolve_overlaps(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings sorted by position with overlaps removed: the higher-ranked entity
+    type wins, then the longer span, then the higher score."""
+    rank = {entity: i for i, entity in enumerate(ALL_ENTITIES)}
+    ordered = sorted(findings, key=lambda f: (rank.get(f.entity, len(rank)), -(f.end - f.start), -f.score))
+    kept: list[Finding] = []
+    for finding in ordered:
+        if all(finding.end <= k.start or finding.start >= k.end for k in kept):
+            kept.append(finding)
+    return sorted(kept, key=lambda f: f.start)
