@@ -85,7 +85,10 @@ async def build_runtime(config: Config) -> Runtime:
 async def build_pii_guard(config: PiiConfig, store: Store, redis_prefix: str, detectors: dict[str, Detector]) -> PiiGuard:
     settings = VaultSettings(config.session_ttl_seconds, config.token_ttl_seconds)
     encoded = config.vault_key()
-    key = vault_key(encoded) if encoded else None
+    try:
+        key = vault_key(encoded) if encoded else None
+    except ValueError as error:
+        raise ConfigError(f"pii.vault.key_env: {error}") from None
     if store.redis is not None:
         if key is None:
             log.warning("pii.vault.key_env is not set: the shared PII vault keeps values in Redis unsealed")

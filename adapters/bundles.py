@@ -27,6 +27,13 @@ def load_bundle(config: Config, providers: Collection[str], today: dt.date) -> A
     return activate(parse_bundle(files, config.public_keys), providers, today, config.pii.detectors())
 
 
+def _load_off_thread(config: Config, providers: Collection[str], today: dt.date) -> ActiveBundle:
+    """Build a bundle on a worker thread, leaving no engine of that thread behind."""
+    bundle = load_bundle(config, providers, today)
+    bundle.policy.release_thread()
+    return bundle
+
+
 def fingerprint(path: Path) -> tuple:
     """Cheap change detection: names, sizes and modification times."""
     try:
@@ -59,7 +66,7 @@ class BundleManager:
         async with self._lock:
             self._seen = fingerprint(self._config.bundle_path)
             try:
-                candidate = await asyncio.to_thread(load_bundle, self._config, self._providers, self._today())
+                candidate = await asyncio.to_thread(_load_off_thread, self._config, self._providers, self._today())
             except BundleError as error:
                 self.last_error = str(error)
                 log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, error)

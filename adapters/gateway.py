@@ -152,6 +152,11 @@ class Gateway:
         except GatewayError as error:
             self._record_refusal(exchange, stage, error)
             return self._error(exchange, error)
+        except Exception:  # a gateway bug before dispatch: refused in the client's protocol, and recorded
+            log.exception("request %s: unexpected error at stage %s", exchange.request_id, stage)
+            error = GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error")
+            self._record_refusal(exchange, stage, error)
+            return self._error(exchange, error)
         self._audit.append("request_started", **self._started_record(exchange))
         try:
             return await self._dispatch(exchange)
@@ -281,14 +286,18 @@ class Gateway:
         outcome, error = "cancelled", None
         try:
             while True:
+                batch, failed = [], None
                 for event in pending:
                     meter.feed(event)
                     if pair.upstream.is_error_event(event):
-                        message = error_message(event.json()) or "the provider reported an error"
-                        raise GatewayError(ErrorKind.UPSTREAM, f"the provider failed mid-stream: {_clip(message)}")
-                for event in await _guarded(guards, pending):
+                        failed = error_message(event.json()) or "the provider reported an error"
+                        break
+                    batch.append(event)
+                for event in await _guarded(guards, batch):  # what came before the error still goes out
                     for out in converter.feed(event):
                         yield out
+                if failed is not None:
+                    raise GatewayError(ErrorKind.UPSTREAM, f"the provider failed mid-stream: {_clip(failed)}")
                 chunk = await anext(chunks, None)
                 if chunk is None:
                     break
@@ -298,10 +307,7 @@ class Gateway:
                 meter.feed(event)
             if not meter.complete:
                 raise GatewayError(ErrorKind.UPSTREAM, "the provider ended the stream before it completed")
-            closing = await _guarded(guards, closing)
-            for guard in guards:
-                closing = [*closing, *await guard.finish()]
-            for event in closing:
+            for event in await _guarded(guards, closing, finish=True):
                 for out in converter.feed(event):
                     yield out
             for out in converter.finish():
@@ -559,9 +565,13 @@ def _bound_tokens(exchange: Exchange) -> int:
     return metering.reservation.bound.tokens if metering is not None and metering.reservation is not None else 0
 
 
-async def _guarded(guards: list[ResponseGuard], events: list[SSEEvent]) -> list[SSEEvent]:
+async def _guarded(guards: list[ResponseGuard], events: list[SSEEvent], finish: bool = False) -> list[SSEEvent]:
+    """Events through every guard in order; at the end each guard also releases what it
+    held, and that passes through the guards after it."""
     for guard in guards:
         events = await guard.events(events)
+        if finish:
+            events = [*events, *await guard.finish()]
     return events
 
 

@@ -13,7 +13,7 @@ import datetime as dt
 import itertools
 import json
 from collections.abc import Collection, Mapping
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from portcullis.engine import schemas
@@ -42,7 +42,11 @@ class ActiveBundle:
         # A decision is a pure function of its input and this bundle, so equal inputs
         # share one evaluation, unless a module reads the clock or randomness.
         self.caches_decisions = policy.deterministic
-        self._decide = lru_cache(maxsize=DECISION_CACHE_SIZE)(self._evaluate) if self.caches_decisions else self._evaluate
+        # The cache holds the policy, not this object: a bound method here would make a
+        # reference cycle, freed by the cyclic collector on whichever thread it runs —
+        # and a regorus engine dropped off its own thread is leaked, not freed.
+        evaluate = partial(_evaluate, policy)
+        self._decide = lru_cache(maxsize=DECISION_CACHE_SIZE)(evaluate) if self.caches_decisions else evaluate
 
     @property
     def revision(self) -> str:
@@ -57,15 +61,6 @@ class ActiveBundle:
         principal = input_document.get("principal") or {}
         ids = (principal.get("user"), principal.get("key_id"))
         return self._decide(json.dumps(input_document, separators=(",", ":")), ids)
-
-    def _evaluate(self, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:
-        document = self.policy.evaluate_json(DECISION_RULE, input_json)
-        if not isinstance(document, dict):
-            raise PolicyError(f"{DECISION_RULE} is undefined for this request")
-        try:
-            return DecisionPlan.from_policy(document, {"user": ids[0], "key_id": ids[1]})
-        except (KeyError, TypeError) as error:
-            raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
 
     def visible_models(self, principal: Mapping[str, Any]) -> list[str]:
         models = self.policy.evaluate(VISIBLE_MODELS_RULE, {"principal": principal})
@@ -111,6 +106,16 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
     except PolicyError as error:
         raise BundleError(f"policy error: {error}") from None
     return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices)
+
+
+def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:
+    document = policy.evaluate_json(DECISION_RULE, input_json)
+    if not isinstance(document, dict):
+        raise PolicyError(f"{DECISION_RULE} is undefined for this request")
+    try:
+        return DecisionPlan.from_policy(document, {"user": ids[0], "key_id": ids[1]})
+    except (KeyError, TypeError) as error:
+        raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
 
 
 def _run_own_tests(bundle: Bundle) -> None:

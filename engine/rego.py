@@ -96,6 +96,11 @@ class Policy:
             engine.set_gather_prints(False)
         return passed, prints + detail
 
+    def release_thread(self) -> None:
+        """Drop this thread's engine here, on the thread that built it (an engine
+        dropped anywhere else is leaked). Call it before a thread hands the policy on."""
+        self._local.__dict__.pop("engine", None)
+
     def _engine(self) -> Any:
         engine = getattr(self._local, "engine", None)
         if engine is None:

@@ -87,3 +87,29 @@ test_no_policy_no_pii_section if {
 		with data.portcullis.pii.policies as {}
 	plan.pii == null
 }
+
+classifier_catalog := object.union(catalog, {"models": {
+	"m": catalog.models.m,
+	"classifier": {"targets": [
+		{"provider": "p", "model": "c-us", "region": "us", "priority": 1, "context_window": 1000, "max_output_tokens": 100, "internal": true},
+		{"provider": "p", "model": "c-public", "region": "eu", "priority": 2, "context_window": 1000, "max_output_tokens": 100},
+		{"provider": "p", "model": "c-eu", "region": "eu", "priority": 3, "context_window": 1000, "max_output_tokens": 100, "internal": true},
+	]},
+}})
+
+classifier_plan(team) := plan.pii.classifier if {
+	request := {"principal": {"team": team, "user": null, "key_id": "key_1"}, "request": {"model": "m", "requires": []}}
+	plan := data.portcullis.decision with input as request
+		with data.portcullis.tenants as {"teams": {"payments": {"models": ["*"]}, "eu-bank": {"models": ["*"], "regions": ["eu"]}}}
+		with data.portcullis.catalog as classifier_catalog
+		with data.portcullis.pii as {
+			"classifier": {"model": "classifier"},
+			"policies": {"ctx": {"teams": ["payments", "eu-bank"], "actions": {"PERSON": "pseudonymize"}, "detectors": ["classifier"]}},
+		}
+}
+
+test_the_classifier_runs_on_an_internal_target_within_the_principals_regions if {
+	classifier_plan("payments").target.model == "c-us"
+	classifier_plan("eu-bank").target.model == "c-eu" # never c-us, never the public c-public
+	classifier_plan("payments").max_output_tokens == 512
+}

@@ -97,14 +97,16 @@ def test_rewrite_replaces_each_finding_by_its_action() -> None:
 def test_placeholders_name_their_entity_and_kind() -> None:
     assert PLACEHOLDER.fullmatch(pseudonym("CREDIT_CARD", 12)).groups() == ("CREDIT_CARD", "12", None)
     assert PLACEHOLDER.fullmatch(token("IBAN", "0123456789")).groups() == ("IBAN", None, "0123456789")
-    assert placeholders_in("see <EMAIL_1> and <IBAN_TKN_0123456789>, not <b> or <EMAIL_>") == {"<EMAIL_1>", "<IBAN_TKN_0123456789>"}
+    text = "see <EMAIL_1> and <IBAN_TKN_0123456789>, not <b>, <EMAIL_> or <STEP_1>"
+    assert placeholders_in(text, {"EMAIL", "IBAN"}) == {"<EMAIL_1>", "<IBAN_TKN_0123456789>"}  # STEP is no entity of the policy
 
 
 def test_restore_puts_values_back_and_reports_what_it_could_not() -> None:
-    result = restore("to <EMAIL_1>, cc <EMAIL_2>, ref <IBAN_TKN_0123456789>", {"<EMAIL_1>": "a@example.com"}, keep={"<IBAN_TKN_0123456789>"})
-    assert result.text == "to a@example.com, cc <EMAIL_2>, ref <IBAN_TKN_0123456789>"
+    text = "to <EMAIL_1>, cc <EMAIL_2>, ref <IBAN_TKN_0123456789>, step <STEP_1>"
+    result = restore(text, {"<EMAIL_1>": "a@example.com"}, {"EMAIL", "IBAN"}, keep={"<IBAN_TKN_0123456789>"})
+    assert result.text == "to a@example.com, cc <EMAIL_2>, ref <IBAN_TKN_0123456789>, step <STEP_1>"
     assert (result.restored, result.missing) == (1, ("<EMAIL_2>",))
-    quoted = restore('{"name": "<PERSON_1>"}', {"<PERSON_1>": 'Ann "Nan" O\\Neil'}, json_string=True)
+    quoted = restore('{"name": "<PERSON_1>"}', {"<PERSON_1>": 'Ann "Nan" O\\Neil'}, {"PERSON"}, json_string=True)
     assert json.loads(quoted.text) == {"name": 'Ann "Nan" O\\Neil'}
 
 

@@ -19,7 +19,9 @@ from portcullis.engine.errors import GatewayError
 from portcullis.engine.pii.policy import PiiPolicy
 from tests.conftest import Services
 
-POLICY = PiiPolicy(("p",), {"EMAIL": "pseudonymize", "IBAN": "tokenize"}, ("patterns",), 0.6, frozenset({"text"}), "block", "fail_closed", False)
+POLICY = PiiPolicy(
+    ("p",), {"EMAIL": "pseudonymize", "PERSON": "pseudonymize", "IBAN": "tokenize"}, ("patterns",), 0.6, frozenset({"text"}), "block", "fail_closed", False
+)
 
 
 def anthropic_text(index: int, text: str) -> SSEEvent:
@@ -111,6 +113,34 @@ def test_tokens_stay_tokens_for_principals_who_may_not_read_them() -> None:
     assert texts(outputs, anthropic_messages) == "iban <IBAN_TKN_0123456789>"
 
 
+def test_choices_of_one_stream_are_restored_apart() -> None:
+    def chunk(index: int, content: str | None = None, finish: str | None = None) -> SSEEvent:
+        delta = {"content": content} if content is not None else {}
+        return _event({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
+
+    batches = [[chunk(0, "a <EMA"), chunk(1, "b <EMA")], [chunk(0, finish="stop")], [chunk(1, "IL_1>")], [chunk(1, finish="stop")]]
+    outputs = run(restorer(openai_chat), batches)
+    by_choice: dict[int, str] = {}
+    for batch in outputs:
+        for event in batch:
+            for choice in event.json()["choices"]:
+                by_choice[choice["index"]] = by_choice.get(choice["index"], "") + (choice["delta"].get("content") or "")
+    assert by_choice == {0: "a <EMA", 1: "b ann@example.com"}  # choice 0 ending does not close choice 1
+
+
+def test_placeholders_written_with_html_safe_escapes_are_restored() -> None:
+    batches = [[anthropic_json(1, '{"to": "\\u003cEMAIL_1\\u00')], [anthropic_json(1, '3e"}')], [anthropic_stop(1)]]
+    outputs = run(restorer(anthropic_messages), batches)
+    assert json.loads(texts(outputs, anthropic_messages)) == {"to": "ann@example.com"}
+
+
+def test_nothing_that_holds_values_shows_them_in_a_repr() -> None:
+    state = PiiState(POLICY, {"<EMAIL_1>": "ann@example.com"})
+    restoring = restorer(anthropic_messages)
+    run(restoring, [[anthropic_text(0, "x <EMAIL_1> <EM")]])
+    assert "ann@example.com" not in repr(state) + repr(restoring)
+
+
 # --- the vault ------------------------------------------------------------------------------
 
 
@@ -148,18 +178,24 @@ def test_redis_vault_is_shared_atomic_and_sealed_to_its_scope(services: Services
     async def go() -> None:
         redis = Redis.from_url(services.redis_url)
         vault = RedisVault(redis, services.redis_prefix, key)
-        scope, other = scope_id("session", "eng", "alice", "s1"), scope_id("session", "eng", "bob", "s1")
+        scope, other = scope_id("session", "eng", "user:alice", "s1"), scope_id("session", "eng", "user:bob", "s1")
         values = [("EMAIL", f"user{i}@example.com") for i in range(20)]
         results = await asyncio.gather(*(vault.assign(scope, PSEUDONYM, values, 60) for _ in range(8)))
         assert all(r == results[0] for r in results) and sorted(results[0]) == sorted(f"<EMAIL_{i}>" for i in range(1, 21))
+        assert await vault.reveal(scope, ["<EMAIL_3>"]) == {"<EMAIL_3>": "user2@example.com"}
         [token] = await vault.assign(scope_id("tokens", "eng"), TOKEN, [("IBAN", "DE89370400440532013000")], 60)
         assert token.startswith("<IBAN_TKN_") and await vault.reveal(scope_id("tokens", "eng"), [token]) == {token: "DE89370400440532013000"}
-        stored = await redis.hgetall(f"{services.redis_prefix}vault:{scope}")
-        assert not any(b"example.com" in k or b"example.com" in v for k, v in stored.items())  # HMAC'd lookups, sealed values
-        # A sealed value copied into another principal's scope does not open there.
-        await redis.hset(f"{services.redis_prefix}vault:{other}", "r:<EMAIL_1>", stored[b"r:<EMAIL_1>"])
-        assert await RedisVault(redis, services.redis_prefix, key).reveal(other, ["<EMAIL_1>"]) == {}
-        assert await redis.ttl(f"{services.redis_prefix}vault:{scope}") > 0
+        stored = {k: await redis.get(k) for k in await redis.keys(f"{services.redis_prefix}vault:{{{scope}}}:*")}
+        assert stored and not any(b"example.com" in k or b"example.com" in v for k, v in stored.items())  # HMAC'd lookups, sealed values
+        assert all(0 < ttl <= 60 for ttl in [await redis.ttl(k) for k in stored])  # every mapping expires on its own
+        first, second = f"{services.redis_prefix}vault:{{{scope}}}:r:<EMAIL_1>", f"{services.redis_prefix}vault:{{{scope}}}:r:<EMAIL_2>"
+        # Sealed values bound to scope and placeholder: copied to another session, or
+        # swapped between placeholders, they do not open.
+        await redis.set(f"{services.redis_prefix}vault:{{{other}}}:r:<EMAIL_1>", stored[first.encode()])
+        assert await vault.reveal(other, ["<EMAIL_1>"]) == {}
+        await redis.set(second, stored[first.encode()])
+        assert await vault.reveal(scope, ["<EMAIL_1>", "<EMAIL_2>"]) == {"<EMAIL_1>": "user0@example.com"}
+        assert await RedisVault(redis, services.redis_prefix, None).reveal(scope, ["<EMAIL_1>"]) == {}  # sealed: no key, no value
         await redis.aclose()
 
     asyncio.run(go())

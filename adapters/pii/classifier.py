@@ -22,6 +22,7 @@ from portcullis.adapters.protocols import OPENAI_CHAT
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.adapters.providers import Provider, UpstreamUnreachable
 from portcullis.adapters.providers.keys import KeyPool
+from portcullis.adapters.store import StoreUnavailable
 from portcullis.engine.governance import bound_for
 from portcullis.engine.pii.recognizers import Finding
 from portcullis.engine.pricing import Usage
@@ -72,7 +73,10 @@ class ClassifierDetector:
                 await self._governance.settle_subcall(reservation, call.usage, cost, target if call.served else None)
 
     async def _call(self, call: _Call, protocol: Any, provider: str, body: bytes, tokens: int) -> str:
-        key, _ = await self._pools[provider].take(tokens)
+        try:
+            key, _ = await self._pools[provider].take(tokens)
+        except StoreUnavailable:
+            raise DetectorFailed("the classifier's provider capacity cannot be checked") from None
         if key is None:
             raise DetectorFailed("the classifier's provider has no capacity")
         headers = protocol.upstream_headers(key.secret, {})

@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 
 class DetectorFailed(Exception):
-    """A detector could not finish; the PII policy's ``on_error`` decides."""
+    """A detector could not finish; the PII policy's ``on_error`` decides. ``too_large``:
+    the request exceeds what the detector takes, which the client can fix."""
+
+    def __init__(self, message: str, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large
 
 
 class Detector(Protocol):
@@ -31,4 +36,4 @@ class PatternDetector:
 
     async def detect(self, texts: Sequence[str], entities: Collection[str], exchange: Exchange) -> list[list[Finding]]:
         wanted = [entity for entity in recognizers.ENTITY_ORDER if entity in entities]
-        return [recognizers.find(text, wanted) if wanted else [] for text in texts]
+        return [recognizers.find_all(text, wanted) if wanted else [] for text in texts]  # overlaps: the policy decides

@@ -7,6 +7,11 @@ and replaced where it transforms. The transformed body is serialised once and
 that is what goes upstream: the raw-body fast path ends where a filter changed
 something, so what is sent is exactly what was inspected.
 
+When a layer fails, the policy's ``on_error`` decides: ``fail_closed`` refuses the
+request; ``fail_open`` serves it with the layers that worked — the pattern layer
+cannot fail, so its blocks and replacements always apply — and records what was
+missing. A request too large for a layer is the client's to shorten (400).
+
 After dispatch: placeholders the answer repeats are put back (``Restorer``).
 """
 
@@ -18,16 +23,17 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from portcullis.adapters.gateway import Step
 from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternDetector
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError
-from portcullis.engine.pii.policy import PiiPolicy, review
-from portcullis.engine.pii.recognizers import Finding, resolve_overlaps
-from portcullis.engine.pii.redaction import REVERSIBLE, rewrite
+from portcullis.engine.pii.policy import OTHER, PiiPolicy, review
+from portcullis.engine.pii.recognizers import ALL_ENTITIES, Finding, resolve_overlaps
+from portcullis.engine.pii.redaction import REVERSIBLE, STRICTNESS, rewrite
 
 if TYPE_CHECKING:
     from portcullis.adapters.gateway import Exchange
@@ -47,44 +53,27 @@ class PiiState:
     where to look up any others."""
 
     policy: PiiPolicy
-    restore: dict[str, str] = field(default_factory=dict)  # placeholder -> value
+    restore: dict[str, str] = field(default_factory=dict, repr=False)  # placeholder -> value: never in a repr
     session_scope: str | None = None
     token_scope: str | None = None
     restored: int = 0
 
 
-class PiiGuard:
+class PiiGuard(Step):
     def __init__(self, vault: Vault, detectors: Mapping[str, Detector], settings: VaultSettings | None = None) -> None:
         self._vault = vault
         self._detectors: dict[str, Detector] = {"patterns": PatternDetector(), **detectors}
         self._settings = settings or VaultSettings()
 
     async def admit(self, exchange: Exchange) -> None:
-        assert exchange.plan is not None and exchange.request is not None and exchange.principal is not None
-        policy = exchange.plan.pii
-        if policy is None:
-            return
-        try:
-            await self._filter(exchange, policy)
-        except (DetectorFailed, VaultUnavailable) as failure:
-            reason = "vault" if isinstance(failure, VaultUnavailable) else "detector"
-            log.warning("request %s: PII %s failed (%s); policy says %s", exchange.request_id, reason, type(failure).__name__, policy.on_error)
-            exchange.audit_started["pii"] = {"policies": list(policy.policies), "error": reason, "failed_open": policy.on_error == "fail_open"}
-            if policy.on_error != "fail_open":
-                raise GatewayError(
-                    ErrorKind.UNAVAILABLE, "the PII guard could not inspect this request, so it was not sent; try again later", code="pii_unavailable"
-                ) from None
+        assert exchange.plan is not None
+        if exchange.plan.pii is not None:
+            await self._filter(exchange, exchange.plan.pii)
 
     async def settle(self, exchange: Exchange) -> None:
         state = exchange.pii
         if state is not None and state.restored:
             exchange.audit_outcome["pii"] = {"restored": state.restored}
-
-    def close(self) -> None:
-        for detector in self._detectors.values():
-            close = getattr(detector, "close", None)
-            if close is not None:
-                close()
 
     def guard(self, exchange: Exchange, upstream: ModuleType) -> Restorer | None:
         state = exchange.pii
@@ -92,20 +81,31 @@ class PiiGuard:
             return None
         return Restorer(state, self._vault, upstream)
 
+    def close(self) -> None:
+        for detector in self._detectors.values():
+            close = getattr(detector, "close", None)
+            if close is not None:
+                close()
+
     # --- the filter ----------------------------------------------------------------------
 
     async def _filter(self, exchange: Exchange, policy: PiiPolicy) -> None:
-        assert exchange.plan is not None and exchange.request is not None and exchange.principal is not None
+        assert exchange.plan is not None and exchange.request is not None
         request = exchange.request
         protocol = PROTOCOLS[request.protocol]
         seen: list[tuple[str, str]] = []
         opaque = protocol.visit_prompt(request.body, lambda surface, text: seen.append((surface, text)) or text)
         texts = list(dict.fromkeys(text for _, text in seen if text))
-        findings = await self._detect(texts, policy, exchange)
+        # The costly layers read prose, not the structure around it (keys, enums, ids).
+        prose = {text for surface, text in seen if surface != OTHER or " " in text}
+        record: dict[str, Any] = {"policies": list(policy.policies)}
+        exchange.audit_started["pii"] = record
+        findings = await self._detect(texts, prose, policy, exchange, record)
         judged = review(((surface, f) for surface, text in seen for f in findings.get(text, ())), opaque, policy)
+        record["found"] = judged.found
         refusal = judged.refusal(policy)
         if refusal is not None:
-            exchange.audit_started["pii"] = {"policies": list(policy.policies), "found": judged.found, "refused": refusal.code}
+            record["refused"] = refusal.code
             raise refusal
         if judged.unsupported:  # the policy routes what it cannot cover to internal targets only
             internal = tuple(t for t in exchange.plan.targets if t.internal)
@@ -114,8 +114,9 @@ class PiiGuard:
                 message = f"the request carries content this team's PII policy cannot inspect ({kinds}) and no approved internal target serves this model"
                 raise GatewayError(ErrorKind.INVALID_REQUEST, message, code="pii_no_internal_target")
             exchange.plan = dataclasses.replace(exchange.plan, targets=internal)
+            record["internal_only"] = list(judged.unsupported)
         state = PiiState(policy)
-        placeholders = await self._placeholders(exchange, policy, texts, findings, state)
+        placeholders = await self._placeholders(exchange, policy, texts, findings, state, record)
         changed = False
 
         def transform(surface: str, text: str) -> str:
@@ -130,33 +131,56 @@ class PiiGuard:
         if changed:
             request.raw = json.dumps(request.body, ensure_ascii=False, separators=(",", ":")).encode()
         exchange.pii = state
-        exchange.audit_started["pii"] = {
-            "policies": list(policy.policies),
-            "found": judged.found,
-            "actions": judged.actions,
-            **({"internal_only": list(judged.unsupported)} if judged.unsupported else {}),
-            "session": state.session_scope is not None,
-        }
+        record["actions"] = judged.actions
+        record["session"] = state.session_scope is not None
 
-    async def _detect(self, texts: list[str], policy: PiiPolicy, exchange: Exchange) -> dict[str, list[Finding]]:
+    async def _detect(self, texts: list[str], prose: set[str], policy: PiiPolicy, exchange: Exchange, record: dict[str, Any]) -> dict[str, list[Finding]]:
+        """Each layer's findings, merged; where findings overlap the one whose action is
+        strictest wins (a number that is both a card and an RRN is the blocked RRN)."""
         if not texts:
             return {}
-        per_text: list[list[Finding]] = [[] for _ in texts]
+        found: dict[str, list[Finding]] = {text: [] for text in texts}
         for name in policy.detectors:
             detector = self._detectors.get(name)
-            if detector is None:
-                raise DetectorFailed(f"the policy asks for the {name} detector, which this gateway has not enabled")
-            results = await detector.detect(texts, policy.entities, exchange)
-            for found, more in zip(per_text, results, strict=True):
-                found.extend(f for f in more if f.entity in policy.actions and (f.detector == "patterns" or f.score >= policy.min_score))
-        return {text: resolve_overlaps(found) for text, found in zip(texts, per_text, strict=True) if found}
+            batch = texts if name == "patterns" else [text for text in texts if text in prose]
+            if not batch:
+                continue
+            try:
+                if detector is None:
+                    raise DetectorFailed(f"the {name} detector is not enabled")
+                results = await detector.detect(batch, policy.entities, exchange)
+            except DetectorFailed as failure:
+                self._degrade(exchange, policy, record, name, failure)
+                continue
+            for text, more in zip(batch, results, strict=True):
+                found[text].extend(f for f in more if f.entity in policy.actions and (f.detector == "patterns" or f.score >= policy.min_score))
+        rank = {entity: i for i, entity in enumerate(ALL_ENTITIES)}
+
+        def priority(finding: Finding) -> tuple[int, int, int, float]:
+            return (STRICTNESS[policy.actions[finding.entity]], rank.get(finding.entity, len(rank)), finding.start - finding.end, -finding.score)
+
+        return {text: resolve_overlaps(findings, priority) for text, findings in found.items() if findings}
+
+    def _degrade(self, exchange: Exchange, policy: PiiPolicy, record: dict[str, Any], layer: str, failure: Exception) -> None:
+        """A layer failed: refuse (fail_closed), or go on without it and say so."""
+        log.warning("request %s: PII %s layer failed (%s); on_error is %s", exchange.request_id, layer, type(failure).__name__, policy.on_error)
+        if isinstance(failure, DetectorFailed) and failure.too_large:
+            if policy.on_error != "fail_open":
+                raise GatewayError(
+                    ErrorKind.INVALID_REQUEST, f"the request's text is larger than this team's PII policy can inspect ({failure})", code="pii_too_large"
+                )
+        elif policy.on_error != "fail_open":
+            message = "the PII guard could not inspect this request, so it was not sent; try again later"
+            raise GatewayError(ErrorKind.UNAVAILABLE, message, code="pii_unavailable")
+        record.setdefault("degraded", []).append(layer)
 
     async def _placeholders(
-        self, exchange: Exchange, policy: PiiPolicy, texts: list[str], findings: dict[str, list[Finding]], state: PiiState
+        self, exchange: Exchange, policy: PiiPolicy, texts: list[str], findings: dict[str, list[Finding]], state: PiiState, record: dict[str, Any]
     ) -> dict[tuple[str, str], str]:
         """Placeholders for every value a reversible action replaces, numbered in order
-        of first appearance; from the session's vault scope when the client names its
-        session, else from a scope that lives only as long as the request."""
+        of first appearance: pseudonyms from the session's vault scope when the client
+        names its session, else from a scope that lives as long as the request; tokens
+        from the team's."""
         assert exchange.principal is not None and exchange.request is not None
         wanted: dict[str, dict[tuple[str, str], None]] = {PSEUDONYM: {}, TOKEN: {}}
         for text in texts:
@@ -165,19 +189,25 @@ class PiiGuard:
                 if action in REVERSIBLE:
                     wanted[PSEUDONYM if action == "pseudonymize" else TOKEN][(finding.entity, text[finding.start : finding.end])] = None
         principal = exchange.principal
-        placeholders: dict[tuple[str, str], str] = {}
-        session = exchange.request.session
-        if session is not None:
-            state.session_scope = scope_id("session", principal.team, principal.user or principal.key_id, session)
+        # Users and keys are tagged apart, so a user named like a key id shares nothing with it.
+        holder = f"user:{principal.user}" if principal.user else f"key:{principal.key_id}"
+        if exchange.request.session is not None:
+            state.session_scope = scope_id("session", principal.team, holder, exchange.request.session)
         if policy.reversible:
             state.token_scope = scope_id("tokens", principal.team)
-        if wanted[PSEUDONYM]:
-            items = list(wanted[PSEUDONYM])
-            vault, scope = (self._vault, state.session_scope) if state.session_scope else (MemoryVault(), "request")
-            placeholders.update(zip(items, await vault.assign(scope, PSEUDONYM, items, self._settings.session_ttl_seconds), strict=True))
-        if wanted[TOKEN]:
-            items = list(wanted[TOKEN])
-            assert state.token_scope is not None
-            placeholders.update(zip(items, await self._vault.assign(state.token_scope, TOKEN, items, self._settings.token_ttl_seconds), strict=True))
+        placeholders: dict[tuple[str, str], str] = {}
+        request_scope = MemoryVault()
+        for kind, ttl in ((PSEUDONYM, self._settings.session_ttl_seconds), (TOKEN, self._settings.token_ttl_seconds)):
+            items = list(wanted[kind])
+            if not items:
+                continue
+            scope = state.session_scope if kind == PSEUDONYM else state.token_scope
+            try:
+                assigned = await self._vault.assign(scope, kind, items, ttl) if scope else await request_scope.assign("request", kind, items, ttl)
+            except VaultUnavailable as failure:
+                self._degrade(exchange, policy, record, "vault", failure)
+                state.session_scope = state.token_scope = None  # this request's own mapping only
+                assigned = await request_scope.assign("request", kind, items, ttl)
+            placeholders.update(zip(items, assigned, strict=True))
         state.restore = {placeholder: value for (_, value), placeholder in placeholders.items()}
         return placeholders

@@ -80,7 +80,7 @@ class NerDetector:
         if self._analyzer is None:
             raise DetectorFailed("the NER model is not loaded")
         if sum(len(text) for text in texts) > self._max_chars:
-            raise DetectorFailed("the request's text exceeds the NER detector's limit")
+            raise DetectorFailed(f"the NER detector takes up to {self._max_chars} characters", too_large=True)
         try:
             return await asyncio.get_running_loop().run_in_executor(self._worker, self._analyze, list(texts), wanted)
         except DetectorFailed:

@@ -21,11 +21,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.pii.vault import Vault, VaultUnavailable
-from portcullis.adapters.protocols import ALL_CHANNELS, StreamText
 from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.adapters.protocols.text import ALL_CHANNELS, StreamText
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pii.redaction import is_token
-from portcullis.engine.pii.restore import held_from, placeholders_in, restore
+from portcullis.engine.pii.restore import held_from, placeholders_in, restore, unescape_angles
 
 if TYPE_CHECKING:
     from portcullis.adapters.pii.guard import PiiState
@@ -39,8 +39,8 @@ def withheld() -> GatewayError:
 
 @dataclass
 class _Waiting:
-    event: SSEEvent
-    document: Any = None
+    event: SSEEvent = field(repr=False)  # reprs must never carry answer text or values
+    document: Any = field(default=None, repr=False)
     changed: bool = False
     tails: int = 0  # held tails this event's text gave up
 
@@ -54,24 +54,28 @@ class _Waiting:
 @dataclass
 class _Tail:
     owner: _Waiting
-    piece: StreamText
-    text: str
+    piece: StreamText = field(repr=False)
+    text: str = field(repr=False)
 
 
 @dataclass
 class Restorer:
     state: PiiState
-    vault: Vault
-    upstream: ModuleType  # the provider's protocol: guards see answers before conversion
-    _queue: list[_Waiting] = field(default_factory=list)
-    _tails: dict[Any, _Tail] = field(default_factory=dict)
+    vault: Vault = field(repr=False)
+    upstream: ModuleType = field(repr=False)  # the provider's protocol: guards see answers before conversion
+    _queue: list[_Waiting] = field(default_factory=list, repr=False)
+    _tails: dict[Any, _Tail] = field(default_factory=dict, repr=False)
+
+    @property
+    def _entities(self) -> frozenset[str]:
+        return self.state.policy.reversible_entities
 
     # --- whole answers -------------------------------------------------------------------
 
     async def document(self, document: dict[str, Any]) -> bool:
         """Restores in place; True when it changed something."""
         seen: set[str] = set()
-        self.upstream.visit_answer(document, lambda surface, text: seen.update(placeholders_in(text)) or text)
+        self.upstream.visit_answer(document, lambda surface, text: seen.update(placeholders_in(text, self._entities)) or text)
         if not seen:
             return False
         resolved, keep = await self._resolve(seen)
@@ -79,7 +83,7 @@ class Restorer:
 
         def put_back(surface: str, text: str) -> str:
             nonlocal restored, missing
-            result = restore(text, resolved, keep)
+            result = restore(text, resolved, self._entities, keep)
             restored += result.restored
             missing = missing or bool(result.missing)
             return result.text if result.restored else text
@@ -96,7 +100,7 @@ class Restorer:
         out: list[SSEEvent] = []
         for event in events:
             waiting = _Waiting(event)
-            if "<" in event.data or self._tails:
+            if self._tails or "<" in event.data or "u003c" in event.data:  # "\u003c": "<" as HTML-safe JSON writes it
                 await self._restore_event(waiting)
             self._queue.append(waiting)
             if len(self._queue) > MAX_WAITING_EVENTS:
@@ -121,8 +125,7 @@ class Restorer:
         waiting.document = document
         for piece in self.upstream.stream_texts(document):
             await self._restore_piece(waiting, piece)
-        ended = self.upstream.stream_ends(document)
-        if ended is not None:
+        for ended in self.upstream.stream_ends(document):
             self._close(ended)
 
     async def _restore_piece(self, waiting: _Waiting, piece: StreamText) -> None:
@@ -132,12 +135,14 @@ class Restorer:
         if tail is not None:
             tail.owner.tails -= 1
             text = tail.text + text
-        cut = held_from(text)
+        if piece.json:
+            text = unescape_angles(text)
+        cut = held_from(text, piece.json)
         head, rest = text[:cut], text[cut:]
         if "<" in head:
-            found = placeholders_in(head)
+            found = placeholders_in(head, self._entities)
             resolved, keep = await self._resolve(found) if found else ({}, set())
-            result = restore(head, resolved, keep, json_string=piece.json)
+            result = restore(head, resolved, self._entities, keep, json_string=piece.json)
             if result.missing:
                 raise withheld()
             self.state.restored += result.restored
@@ -149,14 +154,11 @@ class Restorer:
             piece.holder[piece.key] = head
             waiting.changed = True
 
-    def _close(self, channel: Any) -> None:
-        """A channel ended: a held tail was no placeholder after all; it goes back where
-        it came from."""
-        channels = list(self._tails) if channel == ALL_CHANNELS else [channel]
-        for key in channels:
-            tail = self._tails.pop(key, None)
-            if tail is None:
-                continue
+    def _close(self, ended: Any) -> None:
+        """A channel (or every channel of a choice) ended: a held tail was no
+        placeholder after all; it goes back where it came from."""
+        for key in [c for c in self._tails if ended == ALL_CHANNELS or c == ended or (isinstance(c, tuple) and c[0] == ended)]:
+            tail = self._tails.pop(key)
             tail.piece.holder[tail.piece.key] += tail.text
             tail.owner.changed = True
             tail.owner.tails -= 1
@@ -170,20 +172,21 @@ class Restorer:
     # --- lookups -------------------------------------------------------------------------
 
     async def _resolve(self, placeholders: set[str]) -> tuple[dict[str, str], set[str]]:
-        """Values for what can be revealed; the set of tokens kept as tokens."""
+        """Values for what this principal may see; the tokens it sees as tokens. A token
+        this very request assigned is still only revealed to a reader."""
         known = self.state.restore
+        tokens = {p for p in placeholders if is_token(p)}
+        if not self.state.policy.restore_tokens:
+            placeholders, keep = placeholders - tokens, tokens
+        else:
+            keep = set()
         resolved = {p: known[p] for p in placeholders if p in known}
         unknown = [p for p in placeholders if p not in known]
-        tokens = [p for p in unknown if is_token(p)]
-        pseudonyms = [p for p in unknown if not is_token(p)]
-        keep: set[str] = set()
         try:
-            if tokens and self.state.policy.restore_tokens and self.state.token_scope:
-                resolved.update(await self.vault.reveal(self.state.token_scope, tokens))
-            elif tokens:
-                keep.update(tokens)
-            if pseudonyms and self.state.session_scope:
-                resolved.update(await self.vault.reveal(self.state.session_scope, pseudonyms))
+            if any(is_token(p) for p in unknown) and self.state.token_scope:
+                resolved.update(await self.vault.reveal(self.state.token_scope, [p for p in unknown if is_token(p)]))
+            if any(not is_token(p) for p in unknown) and self.state.session_scope:
+                resolved.update(await self.vault.reveal(self.state.session_scope, [p for p in unknown if not is_token(p)]))
         except VaultUnavailable:
             raise withheld() from None
         return resolved, keep

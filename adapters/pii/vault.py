@@ -7,10 +7,10 @@ vault except through ``reveal`` on the same scope; the audit log never sees them
 
 Embedded, the vault lives in the process: bounded, expiring, and gone on restart —
 then a placeholder an answer refers to cannot be restored and the answer is withheld
-(fail closed). Shared, it is a Redis hash per scope with a TTL; with a vault key the
-lookup fields are HMACs (a phone number's SHA-256 is easy to reverse by enumeration)
-and the values are sealed with AES-GCM bound to their scope, so a value copied into
-another scope does not open.
+(fail closed). Shared, each mapping is a Redis key with its own TTL, refreshed on use;
+with a vault key the lookups are HMACs (a phone number's SHA-256 is easy to reverse by
+enumeration) and the values are sealed with AES-GCM bound to their scope and
+placeholder, so a value copied to another session or placeholder does not open.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from portcullis.engine.pii.redaction import pseudonym, token
 
@@ -65,25 +65,29 @@ def new_token_id() -> str:
 @dataclass
 class _Scope:
     expires: float
-    forward: dict[tuple[str, str], str] = field(default_factory=dict)
-    reverse: dict[str, str] = field(default_factory=dict)
+    forward: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)  # values: never in a repr
+    reverse: dict[str, str] = field(default_factory=dict, repr=False)
     counters: dict[str, int] = field(default_factory=dict)
 
 
 class MemoryVault:
+    """Sessions and teams' token scopes are bounded separately, so a churn of sessions
+    never evicts the tokens a team's readers rely on."""
+
     def __init__(self, max_scopes: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
-        self._scopes: OrderedDict[str, _Scope] = OrderedDict()
+        self._scopes: dict[str, OrderedDict[str, _Scope]] = {PSEUDONYM: OrderedDict(), TOKEN: OrderedDict()}
         self._max_scopes = max_scopes
         self._clock = clock
 
     async def assign(self, scope: str, kind: str, items: Sequence[tuple[str, str]], ttl: int) -> list[str]:
         now = self._clock()
+        scopes = self._scopes[kind]
         held = self._live(scope, now) or _Scope(now + ttl)
         held.expires = now + ttl
-        self._scopes[scope] = held
-        self._scopes.move_to_end(scope)
-        while len(self._scopes) > self._max_scopes:
-            self._scopes.popitem(last=False)
+        scopes[scope] = held
+        scopes.move_to_end(scope)
+        while len(scopes) > self._max_scopes:
+            scopes.popitem(last=False)
         placeholders = []
         for entity, value in items:
             placeholder = held.forward.get((entity, value))
@@ -107,37 +111,51 @@ class MemoryVault:
         return {p: held.reverse[p] for p in placeholders if p in held.reverse}
 
     def _live(self, scope: str, now: float) -> _Scope | None:
-        held = self._scopes.get(scope)
-        if held is not None and held.expires <= now:
-            del self._scopes[scope]
-            return None
-        return held
+        for scopes in self._scopes.values():
+            held = scopes.get(scope)
+            if held is not None and held.expires <= now:
+                del scopes[scope]
+                return None
+            if held is not None:
+                return held
+        return None
 
 
 # --- shared ---------------------------------------------------------------------------
 
-# KEYS[1]: the scope's hash. ARGV: ttl, kind, then per item: entity, lookup, sealed
-# value, token id. Returns the placeholders, or an error naming a token collision.
+# One key per mapping, each with its own TTL refreshed on use, so a team's unused
+# tokens expire one by one. Keys share the scope as a hash tag (one cluster slot).
+# KEYS[1]: the scope's key prefix. ARGV: ttl, kind, then per item: entity, lookup,
+# token id. Returns, per item, the placeholder and 1 when it is new (its value is then
+# written by the caller, sealed to the placeholder it got).
 _ASSIGN = """
-local key, ttl, kind = KEYS[1], tonumber(ARGV[1]), ARGV[2]
+local base, ttl, kind = KEYS[1], tonumber(ARGV[1]), ARGV[2]
 local out = {}
-for i = 3, #ARGV, 4 do
-  local entity, lookup, sealed, token = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local placeholder = redis.call('HGET', key, 'f:' .. lookup)
-  if not placeholder then
+for i = 3, #ARGV, 3 do
+  local entity, lookup, token = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local placeholder = redis.call('GET', base .. 'f:' .. lookup)
+  local new = 0
+  if placeholder then
+    redis.call('EXPIRE', base .. 'f:' .. lookup, ttl)
+    redis.call('EXPIRE', base .. 'r:' .. placeholder, ttl)
+  else
     if kind == 'pseudonym' then
-      placeholder = '<' .. entity .. '_' .. redis.call('HINCRBY', key, 'n:' .. entity, 1) .. '>'
+      local n = redis.call('INCR', base .. 'n:' .. entity)
+      redis.call('EXPIRE', base .. 'n:' .. entity, ttl)
+      placeholder = '<' .. entity .. '_' .. n .. '>'
     else
       placeholder = '<' .. entity .. '_TKN_' .. token .. '>'
-      if redis.call('HEXISTS', key, 'r:' .. placeholder) == 1 then
+      if redis.call('EXISTS', base .. 'f-of:' .. placeholder) == 1 then
         return redis.error_reply('token collision')
       end
+      redis.call('SET', base .. 'f-of:' .. placeholder, lookup, 'EX', ttl)
     end
-    redis.call('HSET', key, 'f:' .. lookup, placeholder, 'r:' .. placeholder, sealed)
+    redis.call('SET', base .. 'f:' .. lookup, placeholder, 'EX', ttl)
+    new = 1
   end
   out[#out + 1] = placeholder
+  out[#out + 1] = new
 end
-redis.call('EXPIRE', key, ttl)
 return out
 """
 
@@ -153,33 +171,45 @@ class RedisVault:
     async def assign(self, scope: str, kind: str, items: Sequence[tuple[str, str]], ttl: int) -> list[str]:
         args: list[str | int] = [ttl, kind]
         for entity, value in items:
-            args += [entity, self._lookup(scope, entity, value), self._seal(scope, value), new_token_id()]
-        for _ in range(3):  # a token id that collides is drawn again
-            try:
-                found = await self._assign(keys=[self._name(scope)], args=args)
-                return [p.decode() if isinstance(p, bytes) else p for p in found]
-            except RedisError as error:
-                if "token collision" not in str(error):
-                    raise VaultUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
-                args[5::4] = [new_token_id() for _ in items]
-        raise VaultUnavailable("no free token id after three draws")
+            args += [entity, self._lookup(scope, entity, value), new_token_id()]
+        try:
+            for _ in range(3):  # a token id that collides is drawn again
+                try:
+                    found = await self._assign(keys=[self._base(scope)], args=args)
+                    break
+                except ResponseError as error:
+                    if "token collision" not in str(error):
+                        raise
+                    args[4::3] = [new_token_id() for _ in items]
+            else:
+                raise VaultUnavailable("no free token id after three draws")
+            placeholders = [p.decode() if isinstance(p, bytes) else p for p in found[0::2]]
+            new = {p: value for p, fresh, (_, value) in zip(placeholders, found[1::2], items, strict=True) if int(fresh)}
+            if new:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for placeholder, value in new.items():
+                        pipe.set(f"{self._base(scope)}r:{placeholder}", self._seal(scope, placeholder, value), ex=ttl)
+                    await pipe.execute()
+        except RedisError as error:
+            raise VaultUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
+        return placeholders
 
     async def reveal(self, scope: str, placeholders: Sequence[str]) -> dict[str, str]:
         if not placeholders:
             return {}
         try:
-            sealed = await self._redis.hmget(self._name(scope), [f"r:{p}" for p in placeholders])
+            sealed = await self._redis.mget([f"{self._base(scope)}r:{p}" for p in placeholders])
         except RedisError as error:
             raise VaultUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         found = {}
         for placeholder, value in zip(placeholders, sealed, strict=True):
-            opened = self._open(scope, value) if value is not None else None
+            opened = self._open(scope, placeholder, value) if value is not None else None
             if opened is not None:
                 found[placeholder] = opened
         return found
 
-    def _name(self, scope: str) -> str:
-        return f"{self._prefix}vault:{scope}"
+    def _base(self, scope: str) -> str:
+        return f"{self._prefix}vault:{{{scope}}}:"
 
     def _lookup(self, scope: str, entity: str, value: str) -> str:
         message = f"{scope}\x1f{entity}\x1f{value}".encode()
@@ -187,22 +217,25 @@ class RedisVault:
             return hashlib.sha256(message).hexdigest()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def _seal(self, scope: str, value: str) -> str:
+    def _seal(self, scope: str, placeholder: str, value: str) -> str:
         if self._aead is None:
             return "p:" + value
         nonce = os.urandom(12)
-        return "s:" + base64.b64encode(nonce + self._aead.encrypt(nonce, value.encode(), scope.encode())).decode()
+        # Bound to scope and placeholder: a value moved to another session, or swapped
+        # with another placeholder's, does not open.
+        bound = f"{scope}\x1f{placeholder}".encode()
+        return "s:" + base64.b64encode(nonce + self._aead.encrypt(nonce, value.encode(), bound)).decode()
 
-    def _open(self, scope: str, stored: bytes | str) -> str | None:
+    def _open(self, scope: str, placeholder: str, stored: bytes | str) -> str | None:
         text = stored.decode() if isinstance(stored, bytes) else stored
-        if text.startswith("p:"):
-            return text[2:]
-        if self._aead is None or not text.startswith("s:"):
-            return None
-        blob = base64.b64decode(text[2:])
+        if self._aead is None:
+            return text[2:] if text.startswith("p:") else None
+        if not text.startswith("s:"):
+            return None  # unsealed while a key is set: not trusted
         try:
-            return self._aead.decrypt(blob[:12], blob[12:], scope.encode()).decode()
-        except Exception:  # sealed for another scope or with another key: not this scope's value
+            blob = base64.b64decode(text[2:], validate=True)
+            return self._aead.decrypt(blob[:12], blob[12:], f"{scope}\x1f{placeholder}".encode()).decode()
+        except Exception:  # damaged, or sealed for another scope, placeholder or key: not this one's value
             return None
 
 

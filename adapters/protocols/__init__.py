@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
-from portcullis.engine.pii.policy import SIGNED as SIGNED  # text a filter may read but never change
 
 ANTHROPIC_MESSAGES = "anthropic_messages"
 OPENAI_CHAT = "openai_chat"
@@ -142,85 +141,3 @@ def error_message(body: Any) -> str | None:
         message = body["error"].get("message")
         return message if isinstance(message, str) else None
     return None
-
-
-# --- prompt and answer text, for filters and guards ---------------------------------------
-#
-# Filters see a request as the strings the provider will read, each tagged with the
-# surface it sits on; guards see an answer's strings the same way. A visitor returns
-# the string to put in its place (the same object when it changes nothing).
-
-SURFACES = ("text", "tool_descriptions", "tool_arguments", "tool_results")
-
-TextVisitor = Callable[[str, str], str]  # (surface, text) -> text
-
-
-def visit_leaves(value: Any, surface: str, visit: TextVisitor) -> Any:
-    """Every string leaf of a JSON value (values, not keys): the shape and every other
-    type stay as they are, so the JSON stays valid for whatever schema it follows."""
-    if isinstance(value, str):
-        return visit(surface, value)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            value[key] = visit_leaves(item, surface, visit)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            value[i] = visit_leaves(item, surface, visit)
-    return value
-
-
-def visit_json_text(text: str, surface: str, visit: TextVisitor) -> str:
-    """A JSON document held in a string (OpenAI tool-call arguments): its string leaves
-    are visited and, when one changed, the document is serialised again. Text that is
-    not JSON is visited whole."""
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return visit(surface, text)
-    changed = False
-
-    def tracking(surface: str, leaf: str) -> str:
-        nonlocal changed
-        result = visit(surface, leaf)
-        changed = changed or result is not leaf
-        return result
-
-    document = visit_leaves(document, surface, tracking)
-    return json.dumps(document, ensure_ascii=False) if changed else text
-
-
-def visit_schema(schema: Any, visit: TextVisitor) -> None:
-    """The prose inside a tool's JSON Schema (descriptions, titles, examples, defaults),
-    not its structure (types, property names, patterns, enums)."""
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key in ("description", "title") and isinstance(value, str):
-                schema[key] = visit("tool_descriptions", value)
-            elif key in ("examples", "default"):
-                schema[key] = visit_leaves(value, "tool_descriptions", visit)
-            else:
-                visit_schema(value, visit)
-    elif isinstance(schema, list):
-        for item in schema:
-            visit_schema(item, visit)
-
-
-@dataclass(frozen=True)
-class StreamText:
-    """One piece of text in a stream event, in place: ``holder[key]``. ``channel``
-    tells apart the pieces that continue each other (a content block, a tool call);
-    ``json`` says the text is JSON source, so what goes into it must be escaped."""
-
-    channel: Any
-    holder: dict[str, Any]
-    key: str
-    json: bool = False
-
-
-ALL_CHANNELS = "*"  # what a stream's end closes
-_KIND = re.compile(r"[a-z][a-z0-9_]{0,40}")
-
-
-def content_kind(kind: Any) -> str:
-    """A content type's name as error messages and audit records may show it."""
-    return kind if isinstance(kind, str) and _KIND.fullmatch(kind) else "unknown"

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from portcullis.adapters.protocols import (
-    ALL_CHANNELS,
     ANTHROPIC_MESSAGES,
-    SIGNED,
     ParsedRequest,
-    StreamText,
-    TextVisitor,
-    content_kind,
     invalid,
     optional_bool,
     optional_list,
@@ -21,11 +16,20 @@ from portcullis.adapters.protocols import (
     parse_json_object,
     require_list,
     require_string,
-    visit_leaves,
-    visit_schema,
 )
 from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.adapters.protocols.text import (
+    ALL_CHANNELS,
+    StreamText,
+    TextVisitor,
+    content_kind,
+    read_strings,
+    visit_leaves,
+    visit_members,
+    visit_schema,
+)
 from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.pii.policy import SIGNED
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
 
@@ -189,68 +193,101 @@ class StreamUsage:
 
 # --- prompt and answer text -----------------------------------------------------------
 
-# Blocks the provider itself produced and signs or encrypts; they go back unchanged.
+# Blocks the provider itself produced and encrypted; they go back unchanged, unread.
 _PROVIDER_OPAQUE = frozenset({"redacted_thinking"})
+_TOOL_CALLS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+_TOOL_RESULTS = frozenset({"tool_result", "mcp_tool_result"})
 
 
 def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
     """Visits every string of the request the model will read, in the order it reads
     them (tools first), so placeholders number in prompt order and a new turn never
-    renumbers an earlier one; returns the kinds of content found that cannot be inspected (images, binary documents, block types this
-    gateway does not know)."""
+    renumbers an earlier one. Returns the kinds of content that cannot be inspected
+    (images, binary documents, block types this gateway does not know)."""
     opaque: list[str] = []
-    for tool in body.get("tools") or []:
-        if isinstance(tool, dict):
-            if isinstance(tool.get("description"), str):
-                tool["description"] = visit("tool_descriptions", tool["description"])
-            visit_schema(tool.get("input_schema"), visit)
-    system = body.get("system")
-    if isinstance(system, str):
-        body["system"] = visit("text", system)
-    elif isinstance(system, list):
-        _visit_blocks(system, "text", visit, opaque)
-    for message in body.get("messages") or []:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            message["content"] = visit("text", content)
-        elif isinstance(content, list):
-            _visit_blocks(content, "text", visit, opaque)
+
+    def blocks(surface: str) -> Callable[[Any], Any]:
+        def handle(value: Any) -> Any:
+            if isinstance(value, str):
+                return visit(surface, value)
+            if isinstance(value, list):
+                _visit_blocks(value, surface, visit, opaque)
+            else:
+                read_strings(value, visit)
+            return value
+
+        return handle
+
+    def messages(value: Any) -> Any:
+        for message in value if isinstance(value, list) else ():
+            if isinstance(message, dict):
+                visit_members(message, {"content": blocks("text")}, visit)
+        return value
+
+    def tools(value: Any) -> Any:
+        for tool in value if isinstance(value, list) else ():
+            if isinstance(tool, dict):
+                visit_members(
+                    tool,
+                    {"description": lambda v: visit("tool_descriptions", v) if isinstance(v, str) else v, "input_schema": lambda v: visit_schema(v, visit)},
+                    visit,
+                )
+        return value
+
+    handlers = {
+        "tools": tools,
+        "system": blocks("text"),
+        "messages": messages,
+        "metadata": lambda v: visit_leaves(v, "text", visit),
+        "stop_sequences": lambda v: visit_leaves(v, "text", visit),
+    }
+    visit_members(body, handlers, visit)
     return opaque
 
 
 def _visit_blocks(blocks: list[Any], surface: str, visit: TextVisitor, opaque: list[str]) -> None:
     for block in blocks:
         if not isinstance(block, dict):
+            read_strings(block, visit)
             continue
         kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            block["text"] = visit(surface, block["text"])
-        elif kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
-            block["input"] = visit_leaves(block.get("input"), "tool_arguments", visit)
-        elif kind in ("tool_result", "mcp_tool_result"):
-            content = block.get("content")
-            if isinstance(content, str):
-                block["content"] = visit("tool_results", content)
-            elif isinstance(content, list):
-                _visit_blocks(content, "tool_results", visit, opaque)
+        leaves = lambda where: lambda value: visit_leaves(value, where, visit)  # noqa: E731
+        if kind == "text":
+            visit_members(block, {"text": leaves(surface), "citations": leaves(surface)}, visit)
+        elif kind in _TOOL_CALLS:
+            visit_members(block, {"input": leaves("tool_arguments")}, visit)
+        elif kind in _TOOL_RESULTS:
+            visit_members(block, {"content": lambda v: _tool_result(v, visit, opaque)}, visit)
         elif kind == "search_result":
-            for field in ("title", "source"):
-                if isinstance(block.get(field), str):
-                    block[field] = visit("tool_results", block[field])
-            _visit_blocks(block.get("content") or [], "tool_results", visit, opaque)
+            visit_members(
+                block, {"title": leaves("tool_results"), "source": leaves("tool_results"), "content": lambda v: _tool_result(v, visit, opaque)}, visit
+            )
         elif kind == "document":
             _visit_document(block, surface, visit, opaque)
-        elif kind == "thinking" and isinstance(block.get("thinking"), str):
-            visit(SIGNED, block["thinking"])  # read, never changed: the provider checks its signature
+        elif kind == "thinking":
+            read_strings(block.get("thinking"), visit, SIGNED)  # the provider checks its signature: never changed
+        elif kind == "image":
+            opaque.append("image")
         elif kind not in _PROVIDER_OPAQUE:
             opaque.append(content_kind(kind))
 
 
+def _tool_result(value: Any, visit: TextVisitor, opaque: list[str]) -> Any:
+    if isinstance(value, str):
+        return visit("tool_results", value)
+    if isinstance(value, list):
+        _visit_blocks(value, "tool_results", visit, opaque)
+    return value
+
+
 def _visit_document(block: dict[str, Any], surface: str, visit: TextVisitor, opaque: list[str]) -> None:
-    for field in ("title", "context"):
-        if isinstance(block.get(field), str):
-            block[field] = visit(surface, block[field])
     source = block.get("source")
+    handlers: dict[str, Callable[[Any], Any]] = {
+        "title": lambda v: visit_leaves(v, surface, visit),
+        "context": lambda v: visit_leaves(v, surface, visit),
+        "source": lambda v: v,  # below: text is read and changed, binary data is opaque
+    }
+    visit_members(block, handlers, visit)
     if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
         source["data"] = visit(surface, source["data"])
     elif isinstance(source, dict) and source.get("type") == "content" and isinstance(source.get("content"), list):
@@ -266,8 +303,8 @@ def visit_answer(message: dict[str, Any], visit: TextVisitor) -> None:
             continue
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             block["text"] = visit("text", block["text"])
-        elif block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
-            block["input"] = visit_leaves(block.get("input"), "tool_arguments", visit)
+        elif block.get("type") in _TOOL_CALLS and "input" in block:
+            block["input"] = visit_leaves(block["input"], "tool_arguments", visit)
 
 
 def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
@@ -284,9 +321,9 @@ def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
     return []
 
 
-def stream_ends(event: Mapping[str, Any]) -> Any:
-    """The channel an event closes; ``ALL_CHANNELS`` when it closes every one."""
+def stream_ends(event: Mapping[str, Any]) -> list[Any]:
+    """The channels an event closes (``ALL_CHANNELS``: every one)."""
     kind = event.get("type")
     if kind == "content_block_stop":
-        return event.get("index")
-    return ALL_CHANNELS if kind in ("message_delta", "message_stop") else None
+        return [event.get("index")]
+    return [ALL_CHANNELS] if kind in ("message_delta", "message_stop") else []

@@ -8,12 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from portcullis.adapters.protocols import (
-    ALL_CHANNELS,
     OPENAI_CHAT,
     ParsedRequest,
-    StreamText,
-    TextVisitor,
-    content_kind,
     invalid,
     optional_bool,
     optional_list,
@@ -21,10 +17,20 @@ from portcullis.adapters.protocols import (
     parse_json_object,
     require_list,
     require_string,
-    visit_json_text,
-    visit_schema,
 )
 from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.adapters.protocols.text import (
+    Handler,
+    StreamText,
+    TextVisitor,
+    content_kind,
+    each,
+    members,
+    visit_json_text,
+    visit_leaves,
+    visit_members,
+    visit_schema,
+)
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
@@ -185,48 +191,66 @@ _UNINSPECTABLE_PARTS = {"image_url": "image", "input_audio": "audio", "file": "f
 def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
     """Visits every string of the request the model will read, in the order it reads
     them (tools first), so placeholders number in prompt order and a new turn never
-    renumbers an earlier one; returns the kinds of content found that cannot be inspected (images, audio, files, unknown parts)."""
+    renumbers an earlier one. Returns the kinds of content that cannot be inspected
+    (images, audio, files, unknown parts)."""
     opaque: list[str] = []
-    for tool in body.get("tools") or []:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(function, dict):
-            if isinstance(function.get("description"), str):
-                function["description"] = visit("tool_descriptions", function["description"])
-            visit_schema(function.get("parameters"), visit)
-    for message in body.get("messages") or []:
-        if not isinstance(message, dict):
-            continue
-        surface = "tool_results" if message.get("role") in ("tool", "function") else "text"
-        content = message.get("content")
-        if isinstance(content, str):
-            message["content"] = visit(surface, content)
-        elif isinstance(content, list):
-            for part in content:
-                if not isinstance(part, dict):
-                    continue
-                kind = part.get("type")
-                if kind in ("text", "refusal") and isinstance(part.get(kind), str):
-                    part[kind] = visit(surface, part[kind])
+
+    def text(surface: str) -> Handler:
+        return lambda value: visit(surface, value) if isinstance(value, str) else visit_leaves(value, surface, visit)
+
+    def content(surface: str) -> Handler:
+        def handle(value: Any) -> Any:
+            if not isinstance(value, list):
+                return text(surface)(value)
+            for part in value:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind in ("text", "refusal"):
+                    visit_members(part, {kind: text(surface)}, visit)
                 else:
                     opaque.append(_UNINSPECTABLE_PARTS.get(kind) or content_kind(kind))
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                function["arguments"] = visit_json_text(function["arguments"], "tool_arguments", visit)
-        legacy = message.get("function_call")
-        if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
-            legacy["arguments"] = visit_json_text(legacy["arguments"], "tool_arguments", visit)
+            return value
+
+        return handle
+
+    function = members({"description": text("tool_descriptions"), "parameters": lambda v: visit_schema(v, visit)}, visit)
+    arguments = members({"arguments": lambda v: visit_json_text(v, "tool_arguments", visit) if isinstance(v, str) else v}, visit)
+    calls = each(members({"function": arguments, "custom": members({"input": text("tool_arguments")}, visit)}, visit))
+
+    def messages(value: Any) -> Any:
+        for message in value if isinstance(value, list) else ():
+            if isinstance(message, dict):
+                surface = "tool_results" if message.get("role") in ("tool", "function") else "text"
+                handlers = {"content": content(surface), "name": text(surface), "refusal": text(surface), "reasoning_content": text(surface)}
+                visit_members(message, {**handlers, "tool_calls": calls, "function_call": arguments}, visit)
+        return value
+
+    handlers: dict[str, Handler] = {
+        "tools": each(members({"function": function, "custom": members({"description": text("tool_descriptions")}, visit)}, visit)),
+        "functions": each(function),
+        "response_format": members(
+            {"json_schema": members({"description": text("tool_descriptions"), "schema": lambda v: visit_schema(v, visit)}, visit)}, visit
+        ),
+        "messages": messages,
+        "prediction": members({"content": content("text")}, visit),
+        "stop": text("text"),
+        "user": text("text"),
+        "safety_identifier": text("text"),
+        "prompt_cache_key": text("text"),
+        "metadata": text("text"),
+    }
+    visit_members(body, handlers, visit)
     return opaque
 
 
 def visit_answer(completion: dict[str, Any], visit: TextVisitor) -> None:
-    """Visits each choice's text and the string leaves of its tool-call arguments."""
+    """Visits each choice's text, refusal and tool-call arguments."""
     for choice in completion.get("choices") or []:
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             continue
-        if isinstance(message.get("content"), str):
-            message["content"] = visit("text", message["content"])
+        for field in ("content", "refusal"):
+            if isinstance(message.get(field), str):
+                message[field] = visit("text", message[field])
         for call in message.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
@@ -234,14 +258,17 @@ def visit_answer(completion: dict[str, Any], visit: TextVisitor) -> None:
 
 
 def stream_texts(chunk: Mapping[str, Any]) -> list[StreamText]:
+    """The text a chunk adds, per choice: its content, refusal and each tool call's
+    arguments are separate channels."""
     texts = []
     for choice in chunk.get("choices") or []:
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if not isinstance(delta, dict):
             continue
         index = choice.get("index", 0)
-        if isinstance(delta.get("content"), str):
-            texts.append(StreamText((index, "content"), delta, "content"))
+        for field in ("content", "refusal"):
+            if isinstance(delta.get(field), str):
+                texts.append(StreamText((index, field), delta, field))
         for call in delta.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
@@ -249,9 +276,6 @@ def stream_texts(chunk: Mapping[str, Any]) -> list[StreamText]:
     return texts
 
 
-def stream_ends(chunk: Mapping[str, Any]) -> Any:
-    """A finished choice closes all its channels; the stream's end closes the rest."""
-    for choice in chunk.get("choices") or []:
-        if isinstance(choice, dict) and choice.get("finish_reason") is not None:
-            return ALL_CHANNELS
-    return None
+def stream_ends(chunk: Mapping[str, Any]) -> list[Any]:
+    """The choices a chunk finishes: each closes the channels of its own index."""
+    return [choice.get("index", 0) for choice in chunk.get("choices") or [] if isinstance(choice, dict) and choice.get("finish_reason") is not None]

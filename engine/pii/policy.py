@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from portcullis.engine.errors import ErrorKind, GatewayError
-from portcullis.engine.pii.recognizers import NER_ENTITIES, Finding
+from portcullis.engine.pii.recognizers import Finding
+from portcullis.engine.pii.redaction import REVERSIBLE
 from portcullis.engine.target import Target
 
-SIGNED = "signed"  # text a filter may read but not change (signed reasoning)
-_SURFACE_NAMES = {SIGNED: "signed reasoning (thinking)"}
+# Surfaces a filter reads but cannot change: personal data found there is unsupported.
+SIGNED = "signed"  # reasoning the provider signed
+OTHER = "other"  # fields the gateway does not transform: unknown members, keys, enums
+_SURFACE_NAMES = {SIGNED: "signed reasoning (thinking)", OTHER: "fields the filter cannot change"}
 
 
 @dataclass(frozen=True)
@@ -51,12 +54,13 @@ class PiiPolicy:
         return frozenset(self.actions)
 
     @property
-    def wants_ner(self) -> bool:
-        return "ner" in self.detectors and any(entity in self.actions for entity in NER_ENTITIES)
+    def reversible_entities(self) -> frozenset[str]:
+        """The entity types whose placeholders an answer may be restored from."""
+        return frozenset(entity for entity, action in self.actions.items() if action in REVERSIBLE)
 
     @property
     def reversible(self) -> bool:
-        return any(action in ("pseudonymize", "tokenize") for action in self.actions.values())
+        return bool(self.reversible_entities)
 
 
 @dataclass(frozen=True)

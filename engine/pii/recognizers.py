@@ -17,6 +17,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import re2
 
@@ -145,8 +146,11 @@ def _phone(text: str) -> bool:
 
 def _credential_like(value: str) -> bool:
     """A value assigned to a secret-sounding name is a credential when it looks random:
-    letters and digits both, not a dotted name (``tokens=request.max_tokens``)."""
-    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and re.fullmatch(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+", value) is None
+    letters and digits both, not a dotted name (``tokens=request.max_tokens``) nor a
+    call (``token=get_token()``)."""
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    return re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z_][\w.]*\(.*", value) is None
 
 
 def _secret(text: str) -> bool:
@@ -170,6 +174,7 @@ def _secret(text: str) -> bool:
 _A = "A-Za-z0-9_"
 _D = rf"(?<![{_A}.+-])"  # not glued to a word, a decimal or a sign
 _E = rf"(?![{_A}-]|\.\d)"  # likewise at the end
+_G = r"(?<!\d[ -])" + _D  # and not the tail of a longer grouped number
 
 _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
     "SECRET": (
@@ -186,17 +191,25 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
                 # a bearer credential, and a value assigned to a name that says it is secret:
                 # the credential only, not the scheme or the name before it
                 r"[Bb]earer (?P<token>[A-Za-z0-9._~+/-]{16,}=*)",
-                r"(?i:secret|token|passw(?:or)?d|api[_-]?key|private[_-]?key)[A-Za-z0-9_]*[\"']?\s*[:=]\s*[\"']?(?P<value>[A-Za-z0-9+/=._~!@#$%^&*-]{12,})",
+                r"(?i:secret|token|passw(?:or)?d|api[_-]?key|private[_-]?key)[A-Za-z0-9_]*[\"']?\s*[:=]\s*[\"']?(?!-----BEGIN)(?P<value>[!#-&(-+\--:<-\[\]-_a-~]{8,})",
+                # the password in a URL's credentials: scheme://user:password@host
+                r"://[^/\s:@]{1,64}:(?P<secret>[^/\s@]{1,128})@",
             )
         ),
         _secret,
     ),
-    "EMAIL": (r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+(?:[A-Za-z]{2,24}|xn--[a-z0-9-]{1,59})(?![A-Za-z0-9-])", None),
+    # A local part may hold accented Latin letters (josé.pérez@), not the Hangul or kana a
+    # sentence glues on before it.
+    "EMAIL": (
+        r"(?<![A-Za-z0-9\u00c0-\u024f._%+-])[A-Za-z0-9\u00c0-\u024f._%+-]{1,64}"
+        r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+(?:[A-Za-z]{2,24}|xn--[a-z0-9-]{1,59})(?![A-Za-z0-9-])",
+        None,
+    ),
     "IBAN": (rf"(?<![{_A}])[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]{{4}}){{2,7}}(?: ?[A-Z0-9]{{1,3}})?(?![{_A}])", lambda t: iban_valid(t.replace(" ", ""))),
     "CREDIT_CARD": (_D + r"\d(?:[ -]?\d){12,18}" + _E, _card),
     "KR_RRN": (_D + r"\d{2}[01]\d[0-3]\d-?[1-4]\d{6}" + _E, kr_rrn_valid),
     # not twelve digits out of a longer grouped number, at either end
-    "JP_MY_NUMBER": (r"(?<!\d[ -])" + _D + r"\d{4}([ -]?)\d{4}\1\d{4}(?!\1\d)" + _E, jp_my_number_valid),
+    "JP_MY_NUMBER": (_G + r"\d{4}([ -]?)\d{4}\1\d{4}(?!\1\d)" + _E, jp_my_number_valid),
     "US_SSN": (_D + r"\d{3}-\d{2}-\d{4}" + _E, _ssn),
     "IP_ADDRESS": (
         rf"(?<![{_A}.])(?:\d{{1,3}}\.){{3}}\d{{1,3}}(?![{_A}]|\.\d)"
@@ -213,10 +226,14 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
                 _D + r"\(\d{3}\) ?\d{3}-\d{4}" + _E,
                 _D + r"\d{3}[-.]\d{3}[-.]\d{4}" + _E,
                 _D + r"0\d{1,3}-\d{3,4}-\d{4}" + _E,
-                _D + r"0\d(?: \d{2}){4}" + _E,
-                _D + r"0\d{2,4} \d{6,8}" + _E,
-                _D + r"[6-9]\d{2}(?: \d{2}){3}" + _E,
-                _D + r"9\d \d{3}(?: \d{2}){2}" + _E,
+                _D + r"1-\d{3}-\d{3}-\d{4}" + _E,
+                # space-grouped forms, unless they are the tail of a longer grouped number
+                _G + r"0\d(?: \d{2}){4}" + _E,
+                _G + r"\d{3} \d{3} \d{4}" + _E,
+                _G + r"0\d{2,4} \d{3,4} \d{4}" + _E,
+                _G + r"0\d{2,4} \d{6,8}" + _E,
+                _G + r"[6-9]\d{2}(?: \d{2}){3}" + _E,
+                _G + r"9\d \d{3}(?: \d{2}){2}" + _E,
             )
         ),
         _phone,
@@ -230,7 +247,7 @@ def _group_ends(value: str) -> list[int]:
     return [i for i in range(len(value) - 1, 0, -1) if value[i] in " -"]
 
 
-_VALUE_GROUPS = ("token", "value")  # where a match names the sensitive part, only that part counts
+_VALUE_GROUPS = ("token", "value", "secret")  # where a match names the sensitive part, only that part counts
 _COMPILED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _PRECISE.items()}
 
 # Triggers, in RE2 syntax (no lookarounds): each group names the entity types whose
@@ -240,36 +257,55 @@ _TRIGGERS: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
     (r"@", ("EMAIL",), 70, 270),
     (r"-----BEGIN", ("SECRET",), 0, 8300),
     (r"AKIA|ASIA|AGPA|AIDA|AROA|gh[pousr]_|github_pat_|sk-|xox[abposr]-|AIza|eyJ|[Bb]earer ", ("SECRET",), 8, 400),
-    (r"(?i:secret|token|passw|api.?key|private.?key)[A-Za-z0-9_]*[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9+/=._~!@#$%^&*-]{12,}", ("SECRET",), 8, 8),
+    # the name and its separator only: the value may itself start another trigger (a PEM block)
+    (r"(?i:secret|token|passw|api.?key|private.?key)[A-Za-z0-9_]*[\"']?\s*[:=]", ("SECRET",), 8, 140),
+    (r"://[^/\s:@]{1,64}:[^/\s@]{1,128}@", ("SECRET",), 0, 0),
     (r"[A-Z]{2}\d{2} ?[A-Z0-9]{4}", ("IBAN",), 1, 45),
     (r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:", ("IP_ADDRESS",), 5, 45),
 )
 _TRIGGER = re2.compile("|".join(f"({pattern})" for pattern, *_ in _TRIGGERS))
 # "version 1.2.3.4", '__version__ = "4.2.0.1"', "버전 2.7.0.3": a dotted quad the same line
 # calls a version is not a host.
-_VERSION_BEFORE = re.compile(r"(?:\bv|\bver\.?) ?$|(?:version|versión|release|버전|バージョン)[^\n]{0,60}$", re.IGNORECASE)
+_VERSION_BEFORE = re.compile(r"(?:\bv|\bver\.?) ?$|(?:version|versión|release|버전|バージョン)[^\n\d.]{0,16}$", re.IGNORECASE)
+
+
+# Full-width digits and punctuation (０９０－１２３４－５６７８) read as their ASCII forms;
+# one character for one, so positions stay those of the original text.
+_HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
+_FULL_WIDTH = re2.compile("[\uff01-\uff5e]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def find(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
     """Every structured identifier in ``text`` (limited to ``entities`` when given),
     in order, without overlaps."""
+    return resolve_overlaps(find_all(text, entities))
+
+
+def find_all(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
+    """Every candidate that passed its validator, overlaps included: a caller that knows
+    what each type costs (a policy) decides which of two overlapping ones wins."""
+    if not text.isascii():
+        text = _LONE_SURROGATE.sub("\ufffd", text)  # RE2 reads UTF-8, which a lone surrogate is not; one for one
+        if _FULL_WIDTH.search(text):
+            text = text.translate(_HALF_WIDTH)
     wanted = set(ENTITY_ORDER if entities is None else entities)
     found: set[Finding] = set()
     for trigger in _TRIGGER.finditer(text):
         _, kinds, before, after = _TRIGGERS[trigger.lastindex - 1]
-        start, end = max(0, trigger.start() - before), min(len(text), trigger.end() + after)
+        window = (max(0, trigger.start() - before), min(len(text), trigger.end() + after))
         for entity in kinds:
             if entity in wanted:
-                found.update(_precise(entity, text, start, end, trigger.start(), trigger.end()))
-    return resolve_overlaps(found)
+                found.update(_precise(entity, text, window, trigger.span()))
+    return sorted(found, key=lambda f: (f.start, f.end, f.entity))
 
 
-def _precise(entity: str, text: str, start: int, end: int, hit_start: int, hit_end: int) -> Iterator[Finding]:
+def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, int]) -> Iterator[Finding]:
     pattern, validate = _COMPILED[entity]
     # `pos` lets lookbehinds see before the window; one character past `endpos` lets
     # lookaheads see what follows it.
-    for match in pattern.finditer(text, start, min(len(text), end + 1)):
-        if match.end() < hit_start or match.start() > hit_end:
+    for match in pattern.finditer(text, window[0], min(len(text), window[1] + 1)):
+        if match.end() < hit[0] or match.start() > hit[1]:
             continue  # a neighbour of the trigger (touching counts: a bearer token follows its scheme)
         named = [name for name in _VALUE_GROUPS if match.groupdict().get(name) is not None]
         start, end = match.span(named[0]) if named else match.span()
@@ -289,11 +325,12 @@ def _precise(entity: str, text: str, start: int, end: int, hit_start: int, hit_e
         yield Finding(entity, start, end)
 
 
-def resolve_overlaps(findings: Iterable[Finding]) -> list[Finding]:
-    """Findings sorted by position with overlaps removed: the higher-ranked entity
-    type wins, then the longer span, then the higher score."""
+def resolve_overlaps(findings: Iterable[Finding], priority: Callable[[Finding], Any] | None = None) -> list[Finding]:
+    """Findings sorted by position with overlaps removed: the one ``priority`` ranks
+    first wins (by default the more specific entity type, then the longer span, then
+    the higher score)."""
     rank = {entity: i for i, entity in enumerate(ALL_ENTITIES)}
-    ordered = sorted(findings, key=lambda f: (rank.get(f.entity, len(rank)), -(f.end - f.start), -f.score))
+    ordered = sorted(findings, key=priority or (lambda f: (rank.get(f.entity, len(rank)), -(f.end - f.start), -f.score)))
     kept: list[Finding] = []
     for finding in ordered:
         if all(finding.end <= k.start or finding.start >= k.end for k in kept):

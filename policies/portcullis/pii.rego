@@ -17,9 +17,20 @@ pii_default_fields := ["text", "tool_descriptions", "tool_arguments", "tool_resu
 
 # The plan's `pii`: the team's merged policy (from the per-bundle index when there is
 # one) and whether this principal may see tokens restored; null when none applies.
-pii_for(principal) := object.union(merged, {"restore_tokens": reads_all_tokens(merged.policies, principal)}) if {
+pii_for(principal) := object.union(merged, {
+	"restore_tokens": reads_all_tokens(merged.policies, principal),
+	"classifier": classifier_within(merged.classifier, entitlements_for(principal).regions),
+}) if {
 	merged := team_pii(principal.team)
 	merged != null
+} else := null
+
+# The classifier reads the principal's raw text, so it obeys the principal's region lock.
+classifier_within(null, _) := null
+
+classifier_within(classifier, regions) := {"target": target, "max_output_tokens": classifier.max_output_tokens} if {
+	classifier != null
+	target := [t | some t in classifier.targets; region_within(regions, t.region)][0]
 } else := null
 
 team_pii(team) := found if {
@@ -51,13 +62,14 @@ merge_pii(names) := {
 	policies := [pii_policies[name] | some name in names]
 }
 
-# The classifier reads raw text, so it runs only on an internal target of the model
-# the bundle names; without one the plan has none and the detector fails.
-classifier_for(policies) := {"target": target, "max_output_tokens": object.get(config, "max_output_tokens", 512)} if {
+# The classifier reads raw text, so it runs only on internal targets of the model the
+# bundle names; without one the plan has none and the detector fails.
+classifier_for(policies) := {"targets": targets, "max_output_tokens": object.get(config, "max_output_tokens", 512)} if {
 	some policy in policies
 	"classifier" in object.get(policy, "detectors", [])
 	config := data.portcullis.pii.classifier
-	target := [candidate | some candidate in candidates_for(config.model); candidate.internal == true][0]
+	targets := [candidate | some candidate in candidates_for(config.model); candidate.internal == true]
+	count(targets) > 0
 } else := null
 
 strictest_action(entity, policies) := [action |
