@@ -285,6 +285,8 @@ def find(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
 def find_all(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
     """Every candidate that passed its validator, overlaps included: a caller that knows
     what each type costs (a policy) decides which of two overlapping ones wins."""
+    if len(text) < 3 or text.isalpha():  # keys, roles, names: no digit, "@" or ":" to find
+        return []
     if not text.isascii():
         text = _LONE_SURROGATE.sub("\ufffd", text)  # RE2 reads UTF-8, which a lone surrogate is not; one for one
         if _FULL_WIDTH.search(text):
