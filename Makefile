@@ -48,6 +48,9 @@ bench: install-dev
 	$(BIN)/python bench/run.py $(BENCH_ARGS) || status=1; \
 	$(BIN)/python bench/pii.py || status=1; \
 	$(BIN)/python -m bench.pii_accuracy --ner || status=1; \
+	$(BIN)/python bench/integrity.py || status=1; \
+	$(BIN)/python -m bench.injection_accuracy || status=1; \
+	$(BIN)/python -m bench.injection_accuracy --corpus tests/injection_corpus_holdout.jsonl || status=1; \
 	$(BIN)/python scripts/test_services.py stop; \
 	exit $$status
 

@@ -24,6 +24,8 @@ from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.gateway import Gateway, client_address, new_request_id
 from portcullis.adapters.governance import Governance
+from portcullis.adapters.integrity.guard import PromptIntegrity
+from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.pii.classifier import ClassifierDetector
 from portcullis.adapters.pii.detectors import Detector
 from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
@@ -51,9 +53,11 @@ class Runtime:
     gateway: Gateway
     authenticator: Authenticator
     pii: PiiGuard
+    integrity: PromptIntegrity
 
     async def close(self) -> None:
         self.pii.close()
+        await self.integrity.close()
         for provider in self.providers.values():
             await provider.close()
         await self.store.close()
@@ -77,9 +81,16 @@ async def build_runtime(config: Config) -> Runtime:
     governance = Governance(store.ledger, providers, audit)
     classifier = ClassifierDetector(providers, pools, governance)
     pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})
-    # Filters run first: governance sizes and reserves what will actually be sent.
-    gateway = Gateway(bundles, authenticator, providers, pools, audit, [pii, governance], config.max_request_bytes, config.max_attempts, today)
-    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii)
+    settings = config.integrity
+    webhook = Webhook(settings.webhook_url, settings.webhook_timeout_seconds) if settings.webhook_url else None
+    hops = frozenset(name for name, provider in config.providers.items() if provider.gateway_hop)
+    integrity = PromptIntegrity(settings.spotlight_key(), settings.scan_cache_entries, webhook, settings.hop_key(), hops)
+    # Filters run first, PII before integrity (the scanner reads what will be sent; the
+    # operator's prompt is not the client's data); governance then sizes and reserves
+    # exactly what goes upstream. Answer guards run in the same order.
+    steps = [pii, integrity, governance]
+    gateway = Gateway(bundles, authenticator, providers, pools, audit, steps, config.max_request_bytes, config.max_attempts, today)
+    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
 
 async def build_pii_guard(config: PiiConfig, store: Store, redis_prefix: str, detectors: dict[str, Detector]) -> PiiGuard:

@@ -54,6 +54,7 @@ class ProviderConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
     max_connections: int = 256
+    gateway_hop: bool = False  # another Portcullis: tell it which policy prompt was inserted here
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,31 @@ class PiiConfig:
         if not value:
             raise ConfigError(f"pii.vault.key_env: environment variable {self.vault_key_env} is not set")
         return value
+
+
+@dataclass(frozen=True)
+class IntegrityConfig:
+    spotlight_key_env: str | None = None
+    hop_key_env: str | None = None
+    scan_cache_entries: int = 10_000
+    webhook_url: str | None = None
+    webhook_timeout_seconds: float = 5.0
+
+    def spotlight_key(self) -> bytes | None:
+        """Read the boundary key; called once at start-up so a missing one fails fast."""
+        return _secret("integrity.spotlight_key_env", self.spotlight_key_env)
+
+    def hop_key(self) -> bytes | None:
+        return _secret("integrity.hop_key_env", self.hop_key_env)
+
+
+def _secret(field: str, env_name: str | None) -> bytes | None:
+    if env_name is None:
+        return None
+    value = os.environ.get(env_name)
+    if not value or len(value) < 16:
+        raise ConfigError(f"{field}: environment variable {env_name} is not set or shorter than 16 characters")
+    return value.encode()
 
 
 @dataclass(frozen=True)
@@ -112,6 +138,7 @@ class Config:
     max_auth_failures: int
     auth_failure_window: int
     pii: PiiConfig = field(default_factory=lambda: PiiConfig())
+    integrity: IntegrityConfig = field(default_factory=lambda: IntegrityConfig())
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
@@ -159,6 +186,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             connect_timeout=entry.get("timeouts", {}).get("connect_seconds", 10.0),
             read_timeout=entry.get("timeouts", {}).get("read_seconds", 300.0),
             max_connections=entry.get("max_connections", 256),
+            gateway_hop=entry.get("gateway_hop", False),
         )
         for entry in document["providers"]
     }
@@ -179,6 +207,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
     auth = document.get("auth", {})
     pii = document.get("pii", {})
     ner, vault = pii.get("ner", {}), pii.get("vault", {})
+    integrity, webhook = document.get("integrity", {}), document.get("integrity", {}).get("webhook", {})
     return Config(
         source=source,
         host=listen.get("host", "127.0.0.1"),
@@ -208,6 +237,13 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             session_ttl_seconds=vault.get("session_ttl_seconds", 86_400),
             token_ttl_seconds=vault.get("token_ttl_seconds", 30 * 86_400),
             max_sessions=vault.get("max_sessions", 10_000),
+        ),
+        integrity=IntegrityConfig(
+            spotlight_key_env=integrity.get("spotlight_key_env"),
+            hop_key_env=integrity.get("hop_key_env"),
+            scan_cache_entries=integrity.get("scan_cache_entries", 10_000),
+            webhook_url=webhook.get("url"),
+            webhook_timeout_seconds=webhook.get("timeout_seconds", 5.0),
         ),
         raw=document,
     )

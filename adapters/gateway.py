@@ -36,12 +36,14 @@ from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.streaming import RelayedStream
 from portcullis.engine.activation import ActiveBundle
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
+from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
 from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rego import PolicyError
 
 if TYPE_CHECKING:
     from portcullis.adapters.governance import Metering
+    from portcullis.adapters.integrity.guard import IntegrityState
     from portcullis.adapters.pii.guard import PiiState
 
 log = logging.getLogger("portcullis.gateway")
@@ -76,9 +78,11 @@ class Exchange:
     price_version: str | None = None
     metering: Metering | None = None  # what governance reserved and settled
     pii: PiiState | None = None  # what the PII filter assigned, for restoring the answer
+    integrity: IntegrityState | None = None  # what the prompt-integrity filter did, for dispatch
     # What steps add to the request's audit records: counts and ids, never content.
     audit_started: dict[str, Any] = field(default_factory=dict)
     audit_outcome: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)  # what steps tell the client, on a served answer
 
 
 class Step:
@@ -92,9 +96,14 @@ class Step:
     async def settle(self, exchange: Exchange) -> None:
         return None
 
-    def guard(self, exchange: Exchange, upstream: ModuleType) -> ResponseGuard | None:
-        """A stage-8 guard for this request's answer, in the provider's protocol."""
-        return None
+    def outbound_headers(self, exchange: Exchange, provider: str) -> dict[str, str]:
+        """Headers this step adds to the request sent to ``provider`` (never credentials)."""
+        return {}
+
+    def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
+        """Stage-8 guards for this request's answer, in the provider's protocol, in the
+        order they see it."""
+        return []
 
 
 class ResponseGuard(Protocol):
@@ -141,6 +150,7 @@ class Gateway:
             raw = await read_body(http, self._max_request_bytes)
             exchange.request = protocol.parse(raw, http.headers, http.scope["query_string"].decode("latin-1"))
             exchange.request.session = session_of(http.headers)
+            exchange.request.hop = http.headers.get(HOP_HEADER)
             stage = "decide"
             exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile
             exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request)
@@ -191,6 +201,8 @@ class Gateway:
                 )
                 continue
             headers = pair.upstream.upstream_headers(key.secret, exchange.request.forward_headers)  # the credential joins only here
+            for step in self._steps:
+                headers.update(step.outbound_headers(exchange, target.provider))
             try:
                 upstream = await provider.send(pair.upstream.UPSTREAM_PATH, exchange.request.query, headers, body)
             except UpstreamUnreachable as failure:
@@ -351,7 +363,7 @@ class Gateway:
                 log.exception("request %s: settlement step %s failed", exchange.request_id, type(step).__name__)
 
     def _guards(self, exchange: Exchange, pair: Route) -> list[ResponseGuard]:
-        return [guard for step in self._steps if (guard := step.guard(exchange, pair.upstream)) is not None]
+        return [guard for step in self._steps for guard in step.guards(exchange, pair.upstream)]
 
     def _attempt(self, exchange: Exchange, target: Target, outcome: str, status: int | None = None) -> None:
         exchange.attempts.append({**target.describe(), "outcome": outcome, "status": status})
@@ -443,7 +455,7 @@ class Gateway:
             headers[FALLBACK_HEADER] = plan.model
         if exchange.metering is not None and exchange.metering.warnings:
             headers[BUDGET_WARNING_HEADER] = "; ".join(f"limit passed: {warning}" for warning in exchange.metering.warnings)
-        return headers
+        return {**headers, **exchange.headers}
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:
         headers = {"x-portcullis-request-id": exchange.request_id, "request-id": exchange.request_id}
@@ -486,6 +498,7 @@ def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest) -
             "stream": request.stream,
             "max_tokens": request.max_tokens,
             "requires": request.requires,
+            "tools": request.tools,
         },
     }
     try:

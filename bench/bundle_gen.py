@@ -71,8 +71,9 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
     return tenants, catalog, {"rules": rules}
 
 
-def write(directory: Path, revision: str = "bench-1", rules: bool = True, pii: dict[str, Any] | None = None) -> Path:
-    """``pii``: PII policies to include (none by default)."""
+def write(directory: Path, revision: str = "bench-1", rules: bool = True, pii: dict[str, Any] | None = None, integrity: dict[str, Any] | None = None) -> Path:
+    """``pii``, ``integrity``: PII and prompt-integrity policies to include (none by
+    default); integrity policies come with the product's scanner and tool rules."""
     tenants, catalog, governance = generate()
     if not rules:
         governance = {"rules": {}}
@@ -81,6 +82,9 @@ def write(directory: Path, revision: str = "bench-1", rules: bool = True, pii: d
     sections = [("tenants", tenants), ("catalog", catalog), ("governance", governance)]
     if pii is not None:
         sections.append(("pii", {"policies": pii}))
+    if integrity is not None:
+        shipped = yaml.safe_load((ROOT / "policies" / "portcullis" / "integrity" / "data.yaml").read_text())
+        sections.append(("integrity", {"injection_rules": shipped["injection_rules"], "tool_rules": shipped["tool_rules"], "policies": integrity}))
     for section, document in sections:
         (directory / "portcullis" / section).mkdir(parents=True)
         (directory / "portcullis" / section / "data.yaml").write_text(yaml.safe_dump(document))

@@ -10,22 +10,17 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import bundle_gen  # noqa: E402
-from bench.run import UPSTREAM_KEY, Gateway, ensure_wrk, free_port, wait_ready, wrk  # noqa: E402
+from bench import bundle_gen, side_by_side  # noqa: E402
 from portcullis.adapters.auth import Principal  # noqa: E402
 from portcullis.adapters.gateway import Exchange  # noqa: E402
 from portcullis.adapters.pii.detectors import Detector  # noqa: E402
@@ -97,65 +92,14 @@ def stage_cost(samples: int) -> dict[str, dict[str, float]]:
     return results
 
 
-def first_token_ms(url: str, key: str, body: dict[str, Any], count: int) -> list[float]:
-    """Time from sending a streamed request to its first content delta, sequentially."""
-    times = []
-    with httpx.Client(timeout=30) as client:
-        for _ in range(count):
-            started = time.perf_counter()
-            with client.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, headers={"authorization": f"Bearer {key}"}) as response:
-                lines = response.iter_lines()
-                for line in lines:
-                    compact = line.replace(": ", ":")
-                    if line.startswith("data: {") and '"content":"' in compact and '"content":""' not in compact:
-                        times.append((time.perf_counter() - started) * 1000)
-                        break
-                for _ in lines:
-                    pass
-    return sorted(times)
-
-
 def through_gateways(duration: int, streams: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
-    wrk_bin = ensure_wrk()
-    rows: list[dict[str, Any]] = []
-    ttft: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="portcullis-bench-pii-") as tmp:
         workdir = Path(tmp)
-        fake_port = free_port()
-        log = workdir / "fake.log"
-        fake = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "fake_provider.py"), "--port", str(fake_port), "--api-key", UPSTREAM_KEY, "--echo"],
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        gateways: list[Gateway] = []
-        try:
-            wait_ready(f"http://127.0.0.1:{fake_port}/", fake, log)
-            bundles = {
-                "no PII policy": bundle_gen.write(workdir / "plain", rules=False),
-                "PII policy": bundle_gen.write(workdir / "pii", rules=False, pii=POLICY),
-            }
-            body = chat_body(2_000)
-            for label, bundle in bundles.items():
-                gateway = Gateway(workdir, label.replace(" ", "-"), fake_port, bundle, {"kind": "embedded"}, {})
-                gateways.append(gateway)
-                headers = {"authorization": f"Bearer {gateway.key}"}
-                for connections in (1, 16):
-                    rows.append(
-                        {
-                            "label": label,
-                            "concurrency": connections,
-                            **wrk(wrk_bin, f"{gateway.url}/v1/chat/completions", body, headers, connections, duration, workdir),
-                        }
-                    )
-                times = first_token_ms(gateway.url, gateway.key, body, streams)
-                ttft[label] = {"median_ms": statistics.median(times), "p99_ms": times[int(len(times) * 0.99) - 1]}
-        finally:
-            for process in [g.process for g in gateways] + [fake]:
-                process.send_signal(signal.SIGTERM)
-                process.wait(timeout=15)
-    return rows, ttft
+        bundles = {
+            "no PII policy": bundle_gen.write(workdir / "plain", rules=False),
+            "PII policy": bundle_gen.write(workdir / "pii", rules=False, pii=POLICY),
+        }
+        return side_by_side.compare(workdir, bundles, chat_body(2_000), duration, streams)
 
 
 def main() -> None:

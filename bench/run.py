@@ -104,6 +104,19 @@ def wrk(wrk_bin: str, url: str, body: dict[str, Any], headers: dict[str, str], c
     return {"rps": requests / (micros / 1e6), "p50_ms": p50 / 1000, "p99_ms": p99 / 1000, "errors": bad_status + socket_errors, "requests": requests}
 
 
+def start_fake(workdir: Path, port: int, *options: str) -> subprocess.Popen:
+    """The fake provider on ``port``, ready to answer."""
+    log = workdir / "fake.log"
+    fake = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "fake_provider.py"), "--port", str(port), "--api-key", UPSTREAM_KEY, *options],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
+    wait_ready(f"http://127.0.0.1:{port}/", fake, log)
+    return fake
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
@@ -291,16 +304,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="portcullis-bench-") as tmp, scratch_database(admin_url) as database_url:
         workdir = Path(tmp)
         fake_port = free_port()
-        fake_log = workdir / "fake.log"
-        fake = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "fake_provider.py"), "--port", str(fake_port), "--api-key", UPSTREAM_KEY],
-            stdout=fake_log.open("w"),
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        fake = start_fake(workdir, fake_port)
         running: list[Gateway] = []
         try:
-            wait_ready(f"http://127.0.0.1:{fake_port}/", fake, fake_log)
             fake_url = f"http://127.0.0.1:{fake_port}"
             bundle = bundle_gen.write(workdir / "bundle")
             ungoverned = bundle_gen.write(workdir / "bundle-no-rules", rules=False)

@@ -19,6 +19,9 @@ from typing import Any
 from portcullis.engine import schemas
 from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
+from portcullis.engine.integrity.injection import ScanResult
+from portcullis.engine.integrity.policy import integrity_problems
+from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise
 from portcullis.engine.pii.policy import detector_problems
 from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.pricing import Price, PriceTable
@@ -26,6 +29,8 @@ from portcullis.engine.rego import Policy, PolicyError
 
 DECISION_RULE = "data.portcullis.decision"
 VISIBLE_MODELS_RULE = "data.portcullis.visible_models"
+INJECTION_SCAN_RULE = "data.portcullis.injection_scan"
+TOOL_CALL_RULE = "data.portcullis.tool_call_verdicts"
 INDEX_RULE = "data.portcullis.compiled_index"
 PLAN_SAMPLES = 200
 
@@ -34,11 +39,12 @@ DECISION_CACHE_SIZE = 8192
 
 
 class ActiveBundle:
-    def __init__(self, bundle: Bundle, policy: Policy, catalog: Mapping[str, Any], prices: PriceTable) -> None:
+    def __init__(self, bundle: Bundle, policy: Policy, catalog: Mapping[str, Any], prices: PriceTable, scanner: Scanner | None = None) -> None:
         self.bundle = bundle
         self.policy = policy
         self.catalog = catalog
         self.prices = prices
+        self.scanner = scanner or Scanner([])
         # A decision is a pure function of its input and this bundle, so equal inputs
         # share one evaluation, unless a module reads the clock or randomness.
         self.caches_decisions = policy.deterministic
@@ -65,6 +71,24 @@ class ActiveBundle:
     def visible_models(self, principal: Mapping[str, Any]) -> list[str]:
         models = self.policy.evaluate(VISIBLE_MODELS_RULE, {"principal": principal})
         return list(models or [])
+
+    def scan_injections(self, texts: list[str]) -> list[ScanResult]:
+        """The bundle's injection rules over each text (layer C), on the compiled set."""
+        return [self.scanner.scan(text) for text in texts]
+
+    def scan_injections_in_rego(self, texts: list[str]) -> list[ScanResult]:
+        """The same through the Rego reference rule, for checking the fast path."""
+        results = self.policy.evaluate(INJECTION_SCAN_RULE, {"texts": [normalise(text) for text in texts]})
+        if not isinstance(results, list) or len(results) != len(texts):
+            raise PolicyError(f"{INJECTION_SCAN_RULE} did not return one result per text")
+        return [ScanResult.from_policy(result) for result in results]
+
+    def tool_call_verdicts(self, principal: Mapping[str, Any], calls: list[dict[str, Any]], declared: list[str]) -> list[dict[str, Any]]:
+        """Whether the team may receive each of the model's tool calls (layer D)."""
+        verdicts = self.policy.evaluate(TOOL_CALL_RULE, {"principal": principal, "calls": calls, "declared": declared})
+        if not isinstance(verdicts, list) or len(verdicts) != len(calls):
+            raise PolicyError(f"{TOOL_CALL_RULE} did not return one verdict per call")
+        return verdicts
 
     def aliases_of(self, model: str) -> list[str]:
         return sorted(alias for alias, target in self.catalog.get("aliases", {}).items() if target == model)
@@ -94,9 +118,12 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
     problems = catalog_problems(data["catalog"], providers, prices, today)
     if detectors is not None:
         problems += detector_problems(data.get("pii"), data["catalog"], detectors)
+    problems += integrity_problems(data.get("integrity"))
     if problems:
         raise BundleError("; ".join(problems))
     try:
+        _check_patterns(data.get("integrity"))
+        scanner = Scanner((data.get("integrity") or {}).get("injection_rules") or [])
         _run_own_tests(bundle)
         policy = Policy(bundle.modules, bundle.data)
         index = policy.evaluate(INDEX_RULE, {})
@@ -105,7 +132,9 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         _check_plans(policy, data)
     except PolicyError as error:
         raise BundleError(f"policy error: {error}") from None
-    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices)
+    except ScannerError as error:
+        raise BundleError(str(error)) from None
+    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner)
 
 
 def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:
@@ -116,6 +145,22 @@ def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> Decision
         return DecisionPlan.from_policy(document, {"user": ids[0], "key_id": ids[1]})
     except (KeyError, TypeError) as error:
         raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
+
+
+_PATTERN_PROBE = {"probe.rego": "package probe\n\ncompiled := [regex.match(pattern, \"\") | some pattern in input.patterns]\n"}
+
+
+def _check_patterns(integrity: Mapping[str, Any] | None) -> None:
+    """Every rule pattern compiles in the evaluator that will run it: regorus refuses
+    look-around, back-references and patterns that compile to over 100 KiB."""
+    rules = [*((integrity or {}).get("injection_rules") or ()), *((integrity or {}).get("tool_rules") or ())]
+    probe = Policy(_PATTERN_PROBE, {})
+    for rule in rules:
+        try:
+            probe.evaluate("data.probe.compiled", {"patterns": [rule["pattern"]]})
+        except PolicyError as error:
+            raise BundleError(f"integrity rule {rule['id']!r}: its pattern does not compile ({error})") from None
+    probe.release_thread()
 
 
 def _run_own_tests(bundle: Bundle) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.governance import Limits
+from portcullis.engine.integrity.policy import IntegrityPolicy
 from portcullis.engine.pii.policy import PiiPolicy
 from portcullis.engine.target import Target
 
@@ -20,6 +21,7 @@ _DENIAL_KINDS = {
     "unknown_team": ErrorKind.PERMISSION,
     "model_not_allowed": ErrorKind.PERMISSION,
     "no_authorised_target": ErrorKind.PERMISSION,
+    "tool_not_allowed": ErrorKind.PERMISSION,
 }
 
 
@@ -33,6 +35,7 @@ class DecisionPlan:
     rejected_targets: tuple[Mapping[str, Any], ...]
     limits: Limits
     pii: PiiPolicy | None = None
+    integrity: IntegrityPolicy | None = None
 
     @classmethod
     def from_policy(cls, document: Mapping[str, Any], principal: Mapping[str, Any]) -> DecisionPlan:
@@ -45,6 +48,7 @@ class DecisionPlan:
             rejected_targets=tuple(document["rejected_targets"]),
             limits=Limits.from_plan(document.get("limits"), principal),
             pii=PiiPolicy.from_plan(document.get("pii")),
+            integrity=IntegrityPolicy.from_plan(document.get("integrity")),
         )
 
     def refusal(self) -> GatewayError:
@@ -61,6 +65,8 @@ class DecisionPlan:
         message = reason["message"]
         if code in ("unknown_model", "model_not_allowed"):
             message = f"{message}: {printable(self.requested_model)}"
+        elif code == "tool_not_allowed":  # the client's own tool names, made safe to echo
+            message = f"{message}: {', '.join(printable(name) for name in reason.get('tools', [])[:5])}"
         return GatewayError(kind, message, code=code)
 
     def audit_view(self) -> dict[str, Any]:
@@ -80,4 +86,6 @@ class DecisionPlan:
             view["unlimited"] = list(self.limits.unlimited)
         if self.pii is not None:
             view["pii_policies"] = list(self.pii.policies)
+        if self.integrity is not None:
+            view["integrity_policies"] = list(self.integrity.policies)
         return view

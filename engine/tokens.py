@@ -77,3 +77,8 @@ def _parts(value: Any, key: str | None = None) -> Iterator[tuple[str, Any]]:
         yield "text", value
     elif value is not None and not isinstance(value, bool):
         yield "text", str(value)
+
+
+def text_tokens(text: str) -> int:
+    """cl100k_base tokens of a text: how audit records size text the gateway adds."""
+    return _cl100k()(text)

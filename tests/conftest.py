@@ -114,6 +114,7 @@ def write_bundle(
     extra: dict[str, str] | None = None,
     governance: dict[str, Any] | None = None,
     pii: dict[str, Any] | None = None,
+    integrity: dict[str, Any] | None = None,
 ) -> Path:
     """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
     if directory.exists():
@@ -131,6 +132,11 @@ def write_bundle(
     if pii is not None:
         (directory / "portcullis" / "pii").mkdir()
         (directory / "portcullis" / "pii" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"policies": pii}))))
+    if integrity is not None:  # the product's scanner and tool rules, with the given policies
+        rules = yaml.safe_load((POLICY_SOURCES / "integrity" / "data.yaml").read_text())
+        (directory / "portcullis" / "integrity").mkdir()
+        document = {"injection_rules": rules["injection_rules"], "tool_rules": rules["tool_rules"], "policies": integrity}
+        (directory / "portcullis" / "integrity" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(document))))
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     for name, content in (extra or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)

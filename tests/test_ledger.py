@@ -21,7 +21,11 @@ from portcullis.adapters.store.shared import SharedLedger
 from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
 from portcullis.engine.governance import Bound, CounterLimit, Limits, charges
 
-NOW = dt.datetime.now(dt.UTC)
+
+def now() -> dt.datetime:
+    # Counters expire with their period (a minute for rates): a long test run must not
+    # build reservations for a minute that ended before they reach Redis.
+    return dt.datetime.now(dt.UTC)
 
 
 def limits(team: str) -> Limits:
@@ -41,9 +45,9 @@ def reservation(team: str, bound: int = 30_000, name: str = "main", request_id: 
         request_id,
         name,
         {"team": team, "user": None, "key_id": "key_x"},
-        tuple(charges(limits(team), b, NOW)),
+        tuple(charges(limits(team), b, created := now())),
         b,
-        NOW,
+        created,
     )
 
 
@@ -99,7 +103,7 @@ def test_settlement_replay_changes_nothing(with_ledger) -> None:
             again = await ledger.settle(res.id, res.charge_records(), settled(res, 99_999))
             assert again.replayed
         assert await ledger.counter(cost_key) == 12_000
-        assert res.id not in {item.id for item in await ledger.unresolved(NOW + dt.timedelta(days=1))}
+        assert res.id not in {item.id for item in await ledger.unresolved(now() + dt.timedelta(days=1))}
 
     with_ledger(body)
 
@@ -141,13 +145,13 @@ def test_pending_then_reconciled_once(with_ledger) -> None:
         held = Final("pending", res.bound.tokens, res.bound.cost_micro_usd, {c.key: c.amount for c in res.charges})
         assert (await ledger.settle(res.id, res.charge_records(), held)).state == "pending"
         assert await ledger.counter(res.charges[0].key) == 30_000  # never settled as zero
-        [item] = [item for item in await ledger.unresolved(NOW) if item.id == res.id]  # the ledger may hold other tests' items
+        [item] = [item for item in await ledger.unresolved(now()) if item.id == res.id]  # the ledger may hold other tests' items
         assert item.state == "pending"
         final = Final("reconciled", 100, 4_000, {res.charges[0].key: 4_000, res.charges[1].key: 1}, note="usage from the provider's records")
         assert not (await ledger.settle(item.id, item.charges, final)).replayed
         assert (await ledger.settle(item.id, item.charges, final)).replayed
         assert await ledger.counter(res.charges[0].key) == 4_000
-        assert res.id not in {item.id for item in await ledger.unresolved(NOW + dt.timedelta(days=1))}
+        assert res.id not in {item.id for item in await ledger.unresolved(now() + dt.timedelta(days=1))}
 
     with_ledger(body)
 
@@ -184,7 +188,7 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
 
     rules = {"eng-cap": {"subject": {"team": "eng"}, "budget": {"limit_usd": "0.50", "period": "CalendarDay"}}}
     providers = {name: MockProvider(name) for name in ("anthropic-us", "anthropic-eu", "openai-main")}
-    bundle = activate(parse_bundle(read_bundle_files(write_bundle(tmp_path / "b", governance=rules)), []), providers.keys(), NOW.date())
+    bundle = activate(parse_bundle(read_bundle_files(write_bundle(tmp_path / "b", governance=rules)), []), providers.keys(), now().date())
 
     async def main() -> None:
         store = SqliteKeyStore.open(tmp_path / "ledger.db")
@@ -249,7 +253,7 @@ def test_a_settlement_that_lost_to_reconciliation_changes_no_counter(with_ledger
     async def body(ledger: Any) -> None:
         res = reservation(team)
         await ledger.reserve(res)
-        [item] = [item for item in await ledger.unresolved(NOW + dt.timedelta(seconds=1)) if item.id == res.id]
+        [item] = [item for item in await ledger.unresolved(now() + dt.timedelta(seconds=1)) if item.id == res.id]
         kept = Final("reconciled", res.bound.tokens, res.bound.cost_micro_usd, {c["key"]: c["amount"] for c in item.charges}, note="no usage evidence")
         assert not (await ledger.settle(item.id, item.charges, kept)).replayed
         late = await ledger.settle(res.id, res.charge_records(), settled(res, 5_000))

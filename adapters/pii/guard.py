@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from portcullis.adapters.gateway import Step
+from portcullis.adapters.gateway import ResponseGuard, Step
 from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternDetector
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError
-from portcullis.engine.pii.policy import OTHER, PiiPolicy, review
+from portcullis.engine.pii.policy import OTHER, PiiPolicy, field_of, review
 from portcullis.engine.pii.recognizers import ALL_ENTITIES, Finding, resolve_overlaps
 from portcullis.engine.pii.redaction import REVERSIBLE, STRICTNESS, rewrite
 
@@ -75,11 +75,11 @@ class PiiGuard(Step):
         if state is not None and state.restored:
             exchange.audit_outcome["pii"] = {"restored": state.restored}
 
-    def guard(self, exchange: Exchange, upstream: ModuleType) -> Restorer | None:
+    def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
         state = exchange.pii
         if state is None or not state.policy.reversible:
-            return None
-        return Restorer(state, self._vault, upstream)
+            return []
+        return [Restorer(state, self._vault, upstream)]
 
     def close(self) -> None:
         for detector in self._detectors.values():
@@ -121,7 +121,7 @@ class PiiGuard(Step):
 
         def transform(surface: str, text: str) -> str:
             nonlocal changed
-            if surface not in policy.fields or not findings.get(text):
+            if field_of(surface) not in policy.fields or not findings.get(text):
                 return text
             result = rewrite(text, findings[text], policy.actions, placeholders)
             changed = changed or result is not text

@@ -14,57 +14,33 @@ Only that event is delayed, and only when its text ends in ``<`` and capitals.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from portcullis.adapters.held_text import HeldTextGuard
 from portcullis.adapters.pii.vault import Vault, VaultUnavailable
-from portcullis.adapters.protocols.sse import SSEEvent, encode
-from portcullis.adapters.protocols.text import ALL_CHANNELS, StreamText
+from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.protocols.text import StreamText
 from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.pii.policy import SIGNED
 from portcullis.engine.pii.redaction import is_token
 from portcullis.engine.pii.restore import held_from, placeholders_in, restore, unescape_angles
 
 if TYPE_CHECKING:
     from portcullis.adapters.pii.guard import PiiState
 
-MAX_WAITING_EVENTS = 256  # past this a held tail is released as plain text
-
-
 def withheld() -> GatewayError:
     return GatewayError(ErrorKind.UPSTREAM, "the answer refers to personal data this session cannot restore, so it was withheld", code="pii_restore_failed")
 
 
-@dataclass
-class _Waiting:
-    event: SSEEvent = field(repr=False)  # reprs must never carry answer text or values
-    document: Any = field(default=None, repr=False)
-    changed: bool = False
-    tails: int = 0  # held tails this event's text gave up
+class Restorer(HeldTextGuard):
+    def __init__(self, state: PiiState, vault: Vault, upstream: ModuleType) -> None:
+        super().__init__(upstream)
+        self.state = state
+        self.vault = vault
 
-    def release(self) -> SSEEvent:
-        if not self.changed:
-            return self.event
-        data = json.dumps(self.document, ensure_ascii=False, separators=(",", ":"))
-        return SSEEvent(self.event.event, data, encode(data, self.event.event))
-
-
-@dataclass
-class _Tail:
-    owner: _Waiting
-    piece: StreamText = field(repr=False)
-    text: str = field(repr=False)
-
-
-@dataclass
-class Restorer:
-    state: PiiState
-    vault: Vault = field(repr=False)
-    upstream: ModuleType = field(repr=False)  # the provider's protocol: guards see answers before conversion
-    _queue: list[_Waiting] = field(default_factory=list, repr=False)
-    _tails: dict[Any, _Tail] = field(default_factory=dict, repr=False)
+    def __repr__(self) -> str:
+        return f"Restorer(restored={self.state.restored})"
 
     @property
     def _entities(self) -> frozenset[str]:
@@ -75,7 +51,13 @@ class Restorer:
     async def document(self, document: dict[str, Any]) -> bool:
         """Restores in place; True when it changed something."""
         seen: set[str] = set()
-        self.upstream.visit_answer(document, lambda surface, text: seen.update(placeholders_in(text, self._entities)) or text)
+
+        def gather(surface: str, text: str) -> str:
+            if surface != SIGNED:  # reasoning is never changed, so never restored
+                seen.update(placeholders_in(text, self._entities))
+            return text
+
+        self.upstream.visit_answer(document, gather)
         if not seen:
             return False
         resolved, keep = await self._resolve(seen)
@@ -83,6 +65,8 @@ class Restorer:
 
         def put_back(surface: str, text: str) -> str:
             nonlocal restored, missing
+            if surface == SIGNED:  # reasoning is never changed
+                return text
             result = restore(text, resolved, self._entities, keep)
             restored += result.restored
             missing = missing or bool(result.missing)
@@ -94,80 +78,29 @@ class Restorer:
         self.state.restored += restored
         return restored > 0
 
-    # --- streams -------------------------------------------------------------------------
+    # --- streams: only events that may hold a placeholder are looked into ---------------
 
-    async def events(self, events: Iterable[SSEEvent]) -> list[SSEEvent]:
-        out: list[SSEEvent] = []
-        for event in events:
-            waiting = _Waiting(event)
-            if self._tails or "<" in event.data or "u003c" in event.data:  # "\u003c": "<" as HTML-safe JSON writes it
-                await self._restore_event(waiting)
-            self._queue.append(waiting)
-            if len(self._queue) > MAX_WAITING_EVENTS:
-                self._close(ALL_CHANNELS)
-            out.extend(self._release())
-        return out
+    def _wants(self, event: SSEEvent) -> bool:
+        return "<" in event.data or "u003c" in event.data  # "\\u003c": "<" as HTML-safe JSON writes it
 
-    async def finish(self) -> list[SSEEvent]:
-        self._close(ALL_CHANNELS)
-        return self._release()
+    def _prepare(self, text: str, piece: StreamText) -> str:
+        return unescape_angles(text) if piece.json else text
 
-    async def _restore_event(self, waiting: _Waiting) -> None:
-        if waiting.event.data == "[DONE]":
-            self._close(ALL_CHANNELS)
-            return
-        try:
-            document = waiting.event.json()
-        except ValueError:
-            return
-        if not isinstance(document, dict):
-            return
-        waiting.document = document
-        for piece in self.upstream.stream_texts(document):
-            await self._restore_piece(waiting, piece)
-        for ended in self.upstream.stream_ends(document):
-            self._close(ended)
+    def _cut(self, text: str, piece: StreamText) -> int:
+        return held_from(text, piece.json)
 
-    async def _restore_piece(self, waiting: _Waiting, piece: StreamText) -> None:
-        original = piece.holder[piece.key]
-        tail = self._tails.pop(piece.channel, None)
-        text = original
-        if tail is not None:
-            tail.owner.tails -= 1
-            text = tail.text + text
-        if piece.json:
-            text = unescape_angles(text)
-        cut = held_from(text, piece.json)
-        head, rest = text[:cut], text[cut:]
-        if "<" in head:
-            found = placeholders_in(head, self._entities)
-            resolved, keep = await self._resolve(found) if found else ({}, set())
-            result = restore(head, resolved, self._entities, keep, json_string=piece.json)
-            if result.missing:
-                raise withheld()
-            self.state.restored += result.restored
-            head = result.text
-        if rest:
-            self._tails[piece.channel] = _Tail(waiting, piece, rest)
-            waiting.tails += 1
-        if head != original:
-            piece.holder[piece.key] = head
-            waiting.changed = True
-
-    def _close(self, ended: Any) -> None:
-        """A channel (or every channel of a choice) ended: a held tail was no
-        placeholder after all; it goes back where it came from."""
-        for key in [c for c in self._tails if ended == ALL_CHANNELS or c == ended or (isinstance(c, tuple) and c[0] == ended)]:
-            tail = self._tails.pop(key)
-            tail.piece.holder[tail.piece.key] += tail.text
-            tail.owner.changed = True
-            tail.owner.tails -= 1
-
-    def _release(self) -> list[SSEEvent]:
-        out = []
-        while self._queue and self._queue[0].tails == 0:
-            out.append(self._queue.pop(0).release())
-        return out
+    async def _rewrite(self, text: str, piece: StreamText) -> str:
+        if "<" not in text:
+            return text
+        found = placeholders_in(text, self._entities)
+        if not found:
+            return text
+        resolved, keep = await self._resolve(found)
+        result = restore(text, resolved, self._entities, keep, json_string=piece.json)
+        if result.missing:
+            raise withheld()
+        self.state.restored += result.restored
+        return result.text
 
     # --- lookups -------------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ class ParsedRequest:
     # limit no larger than the target's ceiling, so the reserved bound really bounds it.
     cap_output: bool = False
     session: str | None = None  # the client's conversation id, when it sends one
+    tools: list[str] = field(default_factory=list)  # names of the tools the request offers the model
+    hop: str | None = None  # a previous gateway's signed policy-prompt header, unverified
 
 
 class _DuplicateMember(ValueError):

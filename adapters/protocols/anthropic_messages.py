@@ -17,18 +17,23 @@ from portcullis.adapters.protocols import (
     require_list,
     require_string,
 )
-from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.adapters.protocols.sse import SSEEvent, encode, event_of
 from portcullis.adapters.protocols.text import (
     ALL_CHANNELS,
+    MAX_HELD_TOOL_CALL_BYTES,
     StreamText,
     TextVisitor,
+    ToolCall,
     content_kind,
+    denial_text,
     read_strings,
+    tool_call,
     visit_leaves,
     visit_members,
     visit_schema,
 )
 from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import SIGNED
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
@@ -75,7 +80,7 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "") -> ParsedRequ
         requires.append("thinking")
     requires.extend(sorted(_content_needs(messages)))
     forward = {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
-    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, forward, _beta_query(query))
+    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, forward, _beta_query(query), tools=declared_tools(body))
 
 
 def _content_needs(messages: list[Any]) -> set[str]:
@@ -221,7 +226,7 @@ def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
     def messages(value: Any) -> Any:
         for message in value if isinstance(value, list) else ():
             if isinstance(message, dict):
-                visit_members(message, {"content": blocks("text")}, visit)
+                visit_members(message, {"content": blocks(_role_surface(message.get("role")))}, visit)
         return value
 
     def tools(value: Any) -> Any:
@@ -236,13 +241,17 @@ def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
 
     handlers = {
         "tools": tools,
-        "system": blocks("text"),
+        "system": blocks("system"),
         "messages": messages,
         "metadata": lambda v: visit_leaves(v, "text", visit),
         "stop_sequences": lambda v: visit_leaves(v, "text", visit),
     }
     visit_members(body, handlers, visit)
     return opaque
+
+
+def _role_surface(role: Any) -> str:
+    return "assistant" if role == "assistant" else "user"
 
 
 def _visit_blocks(blocks: list[Any], surface: str, visit: TextVisitor, opaque: list[str]) -> None:
@@ -297,18 +306,21 @@ def _visit_document(block: dict[str, Any], surface: str, visit: TextVisitor, opa
 
 
 def visit_answer(message: dict[str, Any], visit: TextVisitor) -> None:
-    """Visits the text and tool input of a response (not its thinking: signed)."""
+    """Visits the text and tool input of a response; its thinking is read (surface
+    ``signed``) and never changed."""
     for block in message.get("content") or []:
         if not isinstance(block, dict):
             continue
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
+        if block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+            visit(SIGNED, block["thinking"])
+        elif block.get("type") == "text" and isinstance(block.get("text"), str):
             block["text"] = visit("text", block["text"])
         elif block.get("type") in _TOOL_CALLS and "input" in block:
             block["input"] = visit_leaves(block["input"], "tool_arguments", visit)
 
 
 def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
-    """The text an event adds to a content block (thinking deltas excepted: signed)."""
+    """The text an event adds to a content block; thinking deltas are ``signed``."""
     if event.get("type") != "content_block_delta":
         return []
     delta = event.get("delta")
@@ -318,6 +330,8 @@ def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
         return [StreamText(event.get("index"), delta, "text")]
     if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
         return [StreamText(event.get("index"), delta, "partial_json", json=True)]
+    if delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
+        return [StreamText(event.get("index"), delta, "thinking", signed=True)]
     return []
 
 
@@ -327,3 +341,180 @@ def stream_ends(event: Mapping[str, Any]) -> list[Any]:
     if kind == "content_block_stop":
         return [event.get("index")]
     return [ALL_CHANNELS] if kind in ("message_delta", "message_stop") else []
+
+
+# --- prompt integrity -----------------------------------------------------------------
+
+
+def insert_system_prompt(body: dict[str, Any], text: str) -> None:
+    """The policy prompt as the first system block, its own block, so the client's
+    blocks (and their cache_control breakpoints) follow it unchanged."""
+    block = {"type": "text", "text": text}
+    system = body.get("system")
+    if isinstance(system, list):
+        system.insert(0, block)
+    elif isinstance(system, str) and system:
+        body["system"] = [block, {"type": "text", "text": system}]
+    else:
+        body["system"] = [block]
+
+
+def leading_instructions(body: Mapping[str, Any]) -> str | None:
+    """The text of the first system block: where a policy prompt would be."""
+    system = body.get("system")
+    if isinstance(system, str):
+        return system
+    first = system[0] if isinstance(system, list) and system else None
+    return first.get("text") if isinstance(first, dict) and first.get("type") == "text" else None
+
+
+def declared_tools(body: Mapping[str, Any]) -> list[str]:
+    """The names of the tools a request offers the model; an MCP server the provider
+    connects to is ``mcp:<name>`` (its tools run before the gateway sees a call)."""
+    names = [tool["name"] for tool in body.get("tools") or () if isinstance(tool, dict) and isinstance(tool.get("name"), str)]
+    servers = body.get("mcp_servers")
+    return names + [f"mcp:{server.get('name', '')}" for server in servers if isinstance(server, dict)] if isinstance(servers, list) else names
+
+
+def spotlight(body: dict[str, Any], boundary: Boundary, sources: frozenset[str]) -> int:
+    """Wraps tool results and documents in untrusted boundaries; returns how many.
+    A tool result is wrapped inside its own content (tool results must lead their
+    message); a document gets boundary text blocks around it."""
+    names = {}  # tool_use id -> tool name, from the assistant turns
+    wrapped = 0
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if message.get("role") == "assistant":
+            names.update({b.get("id"): b.get("name") for b in content if isinstance(b, dict) and b.get("type") in _TOOL_CALLS})
+            continue
+        out: list[Any] = []
+        for block in content:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind in _TOOL_RESULTS and "tool_results" in sources and block.get("content") is not None:
+                call = block.get("tool_use_id")
+                block["content"] = _wrapped(block["content"], boundary, boundary.opening("tool_result", tool=names.get(call), id=call))
+                wrapped += 1
+            elif kind in ("document", "search_result") and "documents" in sources:
+                title = block.get("title") if isinstance(block.get("title"), str) else None
+                out.append({"type": "text", "text": boundary.opening(kind, title=title)})
+                _clean_strings(block, boundary)
+                out += [block, {"type": "text", "text": boundary.closing()}]
+                wrapped += 1
+                continue
+            out.append(block)
+        message["content"] = out
+    return wrapped
+
+
+def _wrapped(content: Any, boundary: Boundary, opening: str) -> Any:
+    if isinstance(content, str):
+        return f"{opening}\n{boundary.clean(content)}\n{boundary.closing()}"
+    if isinstance(content, list):
+        _clean_strings(content, boundary)
+        return [{"type": "text", "text": opening}, *content, {"type": "text", "text": boundary.closing()}]
+    return content
+
+
+def _clean_strings(value: Any, boundary: Boundary) -> None:
+    visit_leaves(value, "tool_results", lambda _, text: boundary.clean(text))
+
+
+def answer_tool_calls(message: Mapping[str, Any]) -> list[tuple[int, ToolCall]]:
+    """The client-executed tool calls of an answer, by content position. Server tools
+    run at the provider before the gateway sees them, so they are not the guard's."""
+    return [
+        (i, tool_call(block.get("name"), block.get("input")))
+        for i, block in enumerate(message.get("content") or ())
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+
+
+def deny_tool_calls(message: dict[str, Any], denials: Mapping[int, str]) -> None:
+    """Denied calls become text blocks; an answer left without a call ends its turn."""
+    content = message["content"]
+    for position, text in denials.items():
+        content[position] = {"type": "text", "text": text}
+    if message.get("stop_reason") == "tool_use" and not any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content):
+        message["stop_reason"] = "end_turn"
+
+
+class ToolCallStream:
+    """Holds each tool_use block's events until its content_block_stop, then releases
+    them, or a text block in its place when the judge denies the call."""
+
+    def __init__(self, judge: Callable[[ToolCall], str | None]) -> None:
+        self._judge = judge
+        self._held: list[SSEEvent] = []
+        self._index: Any = None
+        self._start: dict[str, Any] = {}
+        self._parts: list[str] = []
+        self._size = 0
+        self._allowed = self._denied = 0
+        self._dropping: Any = None  # a block denied before its end: its remaining events go
+
+    def feed(self, event: SSEEvent) -> list[SSEEvent]:
+        if self._held:
+            return self._holding(event)
+        if self._dropping is not None and event.event in ("content_block_delta", "content_block_stop") and event.json().get("index") == self._dropping:
+            if event.event == "content_block_stop":
+                self._dropping = None
+            return []
+        if event.event == "content_block_start":
+            document = event.json()
+            block = document.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                self._held, self._index, self._start = [event], document.get("index"), block
+                self._parts, self._size = [], 0
+                return []
+        elif event.event == "message_delta" and self._denied and not self._allowed:
+            document = event.json()
+            delta = document.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason") == "tool_use":
+                delta["stop_reason"] = "end_turn"
+                return [event_of(document, event.event)]
+        return [event]
+
+    def finish(self) -> list[SSEEvent]:
+        """A stream that ended inside a tool call: the call never completed, so it is
+        denied; what came after it that is not part of the block still goes out."""
+        if not self._held:
+            return []
+        held, index = self._held, self._index
+        out = self._decide("the call did not complete")
+        self._dropping = None
+        rest = [e for e in held[1:] if e.event not in ("content_block_delta", "content_block_stop") or e.json().get("index") != index]
+        return out + [out_event for e in rest for out_event in self.feed(e)]
+
+    def _holding(self, event: SSEEvent) -> list[SSEEvent]:
+        self._held.append(event)
+        self._size += len(event.data)
+        if event.event == "content_block_delta":
+            delta = event.json().get("delta") or {}
+            if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+                self._parts.append(delta["partial_json"])
+        if event.event != "content_block_stop" or event.json().get("index") != self._index:
+            if self._size > MAX_HELD_TOOL_CALL_BYTES:
+                return self._decide("the call is too large for the gateway to inspect")
+            return []
+        return self._decide(None)
+
+    def _decide(self, refused: str | None) -> list[SSEEvent]:
+        held, self._held = self._held, []
+        arguments = "".join(self._parts) if self._parts else self._start.get("input")
+        call = tool_call(self._start.get("name"), arguments)
+        reason = refused or self._judge(call)
+        if reason is None:
+            self._allowed += 1
+            return held
+        self._denied += 1
+        text = denial_text(call, reason)
+        index = self._index
+        if refused:  # decided before the block ended: the rest of it is dropped as it comes
+            self._dropping = index
+        return [
+            event_of({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}, "content_block_start"),
+            event_of({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}, "content_block_delta"),
+            event_of({"type": "content_block_stop", "index": index}, "content_block_stop"),
+        ]

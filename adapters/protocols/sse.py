@@ -75,3 +75,9 @@ def encode(data: Any, event: str | None = None) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
+
+
+def event_of(document: Any, event: str | None = None) -> SSEEvent:
+    """An event carrying ``document``, as the gateway writes one."""
+    data = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    return SSEEvent(event, data, encode(data, event))

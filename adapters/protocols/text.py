@@ -169,12 +169,15 @@ class StreamText:
     """One piece of text in a stream event, in place: ``holder[key]``. ``channel``
     tells apart the pieces that continue each other (a content block, a tool call;
     for OpenAI a tuple whose first item is the choice); ``json`` says the text is
-    JSON source, so what goes into it must be escaped."""
+    JSON source, so what goes into it must be escaped; ``signed`` says it is reasoning
+    the provider signed or keeps as is: it may be read and moved between events of its
+    channel, never changed."""
 
     channel: Any
     holder: dict[str, Any]
     key: str
     json: bool = False
+    signed: bool = False
 
 
 ALL_CHANNELS = "*"  # what a stream's end closes
@@ -184,3 +187,38 @@ _KIND = re.compile(r"[a-z][a-z0-9_]{0,40}")
 def content_kind(kind: Any) -> str:
     """A content type's name as error messages and audit records may show it."""
     return kind if isinstance(kind, str) and _KIND.fullmatch(kind) else "unknown"
+
+
+# --- tool calls in answers --------------------------------------------------------------------
+
+MAX_HELD_TOOL_CALL_BYTES = 4 * 1024 * 1024  # a longer call is not inspected: it is denied
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model made, complete: ``arguments`` as parsed JSON, or None when
+    they are not valid JSON (such a call cannot be inspected)."""
+
+    name: str
+    arguments: Any
+
+
+def tool_call(name: Any, arguments: Any) -> ToolCall:
+    """A call from its name and its arguments as the protocol holds them (an object, or
+    JSON text)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            arguments = None
+    return ToolCall(name if isinstance(name, str) else "", arguments)
+
+
+def denial_text(call: ToolCall, reason: str) -> str:
+    """What the client sees instead of a denied call: the tool and why, no arguments."""
+    return f"[Portcullis] The gateway's policy denied a call to the tool {_printable_name(call.name)}: {reason}."
+
+
+def _printable_name(name: str) -> str:
+    clipped = "".join(c if c.isprintable() else "?" for c in name[:64])
+    return f"`{clipped}`" if clipped else "(unnamed)"

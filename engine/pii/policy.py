@@ -17,6 +17,13 @@ from portcullis.engine.target import Target
 SIGNED = "signed"  # reasoning the provider signed
 OTHER = "other"  # fields the gateway does not transform: unknown members, keys, enums
 _SURFACE_NAMES = {SIGNED: "signed reasoning (thinking)", OTHER: "fields the filter cannot change"}
+# Instructions and chat turns are one egress field, ``text``, whoever wrote them.
+_FIELD_OF = {"system": "text", "user": "text", "assistant": "text"}
+
+
+def field_of(surface: str) -> str:
+    """The egress field (``scope.supported_egress_fields``) a surface belongs to."""
+    return _FIELD_OF.get(surface, surface)
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ def review(findings: Iterable[tuple[str, Finding]], opaque: Iterable[str], polic
         actions[action] += 1
         if action == "block":
             blocked[finding.entity] += 1
-        elif surface not in policy.fields:
+        elif field_of(surface) not in policy.fields:
             unsupported.add(_SURFACE_NAMES.get(surface, surface))
     return Review(dict(found), dict(actions), dict(blocked), tuple(sorted(unsupported)))
 

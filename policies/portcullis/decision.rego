@@ -24,6 +24,7 @@ refuse(request, code, message) := {
 	"rejected_targets": [],
 	"limits": {"counters": [], "unlimited": [], "effective": {}},
 	"pii": null,
+	"integrity": null,
 }
 
 # Every candidate (the model's own targets, then its fallbacks') is re-authorised
@@ -41,7 +42,8 @@ authorise(principal, request, model) := plan if {
 		}
 	]
 	targets := [candidates[i] | some i in authorised]
-	reasons := authorisation(model in granted.models, targets)
+	integrity := integrity_for(principal)
+	reasons := authorisation(model in granted.models, targets, tools_refused(integrity, object.get(request, "tools", [])))
 	plan := {
 		"allow": reasons[0].code == "allowed",
 		"reasons": reasons,
@@ -54,6 +56,7 @@ authorise(principal, request, model) := plan if {
 		],
 		"limits": limits_for(principal),
 		"pii": pii_for(principal),
+		"integrity": integrity,
 	}
 }
 
@@ -66,10 +69,12 @@ rejections(granted, requires, candidate) := array.concat(
 	["capability_unsupported" | some needed in requires; not needed in candidate.capabilities],
 )
 
-authorisation(model_granted, targets) := [{"code": "model_not_allowed", "message": "the requested model is not allowed for this key"}] if {
+authorisation(model_granted, targets, refused_tools) := [{"code": "model_not_allowed", "message": "the requested model is not allowed for this key"}] if {
 	not model_granted
 } else := [{"code": "no_authorised_target", "message": "no target of the requested model is allowed for this key and request"}] if {
 	targets == []
+} else := [{"code": "tool_not_allowed", "message": "the request offers tools this team's policy does not allow", "tools": refused_tools}] if {
+	count(refused_tools) > 0
 } else := [{"code": "allowed", "message": "request authorised"}]
 
 # Canonical IDs a principal may call, for GET /v1/models: a model is listed when at

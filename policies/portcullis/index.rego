@@ -11,6 +11,7 @@ compiled_index := {
 	"limits": {team_id: team_limits(team_id) | some team_id, _ in data.portcullis.tenants.teams},
 	"named_keys": {rule.subject.key: true | some rule in governance_rules; rule.subject.key},
 	"pii": {team_id: merged_pii(team_id) | some team_id, _ in data.portcullis.tenants.teams},
+	"integrity": {team_id: merged_integrity(team_id) | some team_id, _ in data.portcullis.tenants.teams},
 }
 
 # "*" serves a user no rule names, "-" a key with no user; the placeholders become the

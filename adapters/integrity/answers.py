@@ -1,0 +1,120 @@
+"""Stage 8 for prompt integrity: the model's tool calls against the team's allow-list
+(layer D) and the answer's text through the output guard (layer E), before the
+client sees either. Both work in the provider's protocol, on whole answers and on
+streams."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any
+
+from portcullis.adapters.held_text import HeldTextGuard
+from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.protocols.text import StreamText, ToolCall, denial_text
+from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.integrity import output
+from portcullis.engine.integrity.policy import IntegrityPolicy
+from portcullis.engine.pii.policy import SIGNED
+
+Judge = Callable[[ToolCall], "str | None"]  # a denial reason, or None to allow
+CONTEXT_CHARS = 256  # released text a stream's next piece is scanned with
+
+
+class ToolCallGuard:
+    """Each tool call is judged once complete; a denied one never reaches the client:
+    a text saying the gateway's policy denied it takes its place."""
+
+    def __init__(self, upstream: ModuleType, judge: Judge) -> None:
+        self._upstream = upstream
+        self._judge = judge
+        self._stream: Any = None
+
+    def __repr__(self) -> str:
+        return "ToolCallGuard()"
+
+    async def document(self, document: dict[str, Any]) -> bool:
+        denials = {}
+        for position, call in self._upstream.answer_tool_calls(document):
+            reason = self._judge(call)
+            if reason is not None:
+                denials[position] = denial_text(call, reason)
+        if denials:
+            self._upstream.deny_tool_calls(document, denials)
+        return bool(denials)
+
+    async def events(self, events: Iterable[SSEEvent]) -> list[SSEEvent]:
+        if self._stream is None:
+            self._stream = self._upstream.ToolCallStream(self._judge)
+        return [out for event in events for out in self._stream.feed(event)]
+
+    async def finish(self) -> list[SSEEvent]:
+        return self._stream.finish() if self._stream is not None else []
+
+
+def withheld(kind: str) -> GatewayError:
+    return GatewayError(ErrorKind.PERMISSION, f"the answer was withheld by the gateway's output policy ({kind})", code="output_withheld")
+
+
+class OutputGuard(HeldTextGuard):
+    """Everything the answer says — text, tool-call arguments, and reasoning — is
+    scanned for the canary, secrets and data-carrying URLs; each finding is withheld,
+    redacted or flagged as the policy says, and counted in the audit record. Reasoning
+    is signed or kept as is, so there a redaction becomes a flag. In a stream the
+    trailing word is held only while it could still become a finding, and each piece is
+    scanned with the text released before it on its channel, so a finding split across
+    deltas is still seen (redacted from the part not yet released)."""
+
+    reads_signed = True
+
+    def __init__(self, upstream: ModuleType, policy: IntegrityPolicy, audit_outcome: dict[str, Any]) -> None:
+        super().__init__(upstream)
+        self._actions = dict(policy.output_actions)
+        self._canaries = policy.prompt.canaries if policy.prompt is not None else ()
+        self._hosts = policy.allowed_hosts
+        self._audit = audit_outcome
+        self._context: dict[Any, str] = {}
+
+    def __repr__(self) -> str:
+        return "OutputGuard()"
+
+    async def document(self, document: dict[str, Any]) -> bool:
+        changed = False
+
+        def guard(surface: str, text: str) -> str:
+            nonlocal changed
+            result = self._judge(text, 0, changeable=surface != SIGNED)
+            changed = changed or result != text
+            return result
+
+        self.upstream.visit_answer(document, guard)
+        return changed
+
+    def _cut(self, text: str, piece: StreamText) -> int:
+        context = self._context.get(piece.channel, "")  # a word may have begun in text already released
+        return max(0, output.held_from(context + text, self._canaries) - len(context))
+
+    async def _rewrite(self, text: str, piece: StreamText) -> str:
+        if not text:
+            return text
+        context = self._context.get(piece.channel, "")
+        result = self._judge(context + text, len(context), changeable=not piece.signed)[len(context) :]
+        self._context[piece.channel] = (context + result)[-CONTEXT_CHARS:]
+        return result
+
+    def _judge(self, text: str, released: int, changeable: bool) -> str:
+        """``text[:released]`` has gone out already: only findings reaching past it count,
+        and only the part past it can still be changed."""
+        findings = [f for f in output.inspect(text, self._actions, self._canaries, self._hosts) if f.end > released]
+        if not findings:
+            return text
+        counts = self._audit.setdefault("integrity", {}).setdefault("output", {})
+        for finding in findings:
+            counts[finding.kind] = counts.get(finding.kind, 0) + 1
+        for finding in findings:
+            if self._actions.get(finding.kind) == "withhold":
+                raise withheld(finding.kind)
+        if not changeable:
+            return text
+        clamped = [output.Finding(f.kind, max(f.start, released), f.end) for f in findings]
+        return output.apply(text, clamped, self._actions)

@@ -1,0 +1,126 @@
+"""Layer E: what the output guard looks for in an answer's text before the client
+sees it — the policy prompt's canary, secrets, and URLs that carry data to a host
+the policy does not allow — and what each action makes of it."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from portcullis.engine.pii.recognizers import find
+
+CANARY, SECRETS, URLS = "canary", "secrets", "urls"
+STRICTNESS = {"withhold": 0, "redact": 1, "flag": 2}
+REPLACEMENT = {CANARY: "[removed by gateway policy]", SECRETS: "[secret removed by gateway policy]", URLS: "[link removed by gateway policy]"}
+
+_URL = re.compile(r"(?i)(?:\b(?:https?|ftp):|(?<=\]\())//[^\s<>\"'`)\]]+")  # also a markdown target's //host
+_DATA_VALUE = re.compile(r"[A-Za-z0-9+/=_%.-]{16,}")
+_ENCODED = re.compile(r"(?=[^/.]*[a-z])(?=[^/.]*[A-Z])(?=[^/.]*[0-9])[A-Za-z0-9+=_-]{20,}")  # base64-like: a path segment or host label carrying data
+_IP_HOST = re.compile(r"^\[?[0-9a-f:.]+\]?$", re.IGNORECASE)
+_SECRET_STARTS = ("AKIA", "ASIA", "gh", "github_pat_", "sk-", "sk_", "xox", "AIza", "eyJ", "-----", "glpat-")
+_CREDENTIAL_CHARS = re.compile(r"[A-Za-z0-9_+/=.-]+")
+_NOT_CREDENTIAL = re.compile(r"[^A-Za-z0-9_+/=.-]")
+_KEY_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]{1,40}-----")
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # canary | secrets | urls
+    start: int
+    end: int
+
+
+def inspect(text: str, kinds: Iterable[str], canaries: Sequence[str], allowed_hosts: Sequence[Sequence[str]]) -> list[Finding]:
+    wanted = set(kinds)
+    found: list[Finding] = []
+    if CANARY in wanted:
+        for canary in canaries:
+            start = text.find(canary)
+            while start >= 0:
+                found.append(Finding(CANARY, start, start + len(canary)))
+                start = text.find(canary, start + 1)
+    if SECRETS in wanted:
+        found += [Finding(SECRETS, f.start, f.end) for f in find(text, ("SECRET",))]
+    if URLS in wanted:
+        for match in _URL.finditer(text):
+            if suspicious_url(match.group(), _markdown_image(text, match.start()), allowed_hosts):
+                found.append(Finding(URLS, match.start(), match.end()))
+    return sorted(found, key=lambda f: (f.start, -f.end))
+
+
+def suspicious_url(url: str, markdown_image: bool, allowed_hosts: Sequence[Sequence[str]]) -> bool:
+    """A URL to a host the policy does not allow that could carry data out: credentials
+    in it, a raw IP host, a query value long enough to hold a secret, an encoded-looking
+    path segment or host label — or any markdown image, which a renderer fetches with
+    no click. Backslashes read as browsers read them (as "/")."""
+    try:
+        parts = urlsplit(url.replace("\\", "/"))
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return True
+    if allowed_hosts and host and all(any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in hosts) for hosts in allowed_hosts):
+        return False
+    if markdown_image or parts.username or parts.password or _IP_HOST.match(host):
+        return True
+    return bool(_DATA_VALUE.search(parts.query + parts.fragment) or _ENCODED.search(parts.path) or _ENCODED.search(host))
+
+
+def _markdown_image(text: str, start: int) -> bool:
+    """Whether the URL at ``start`` is the target of ``![alt](…)``."""
+    if not text[:start].endswith("]("):
+        return False
+    opening = text.rfind("[", max(0, start - 400), start)
+    return opening > 0 and text[opening - 1] == "!"
+
+
+def apply(text: str, findings: Iterable[Finding], actions: dict[str, str]) -> str:
+    """The text with every finding whose action is redact replaced."""
+    out, at = [], 0
+    for finding in findings:
+        if actions.get(finding.kind) != "redact" or finding.start < at:
+            continue
+        out += [text[at : finding.start], REPLACEMENT[finding.kind]]
+        at = finding.end
+    return "".join(out) + text[at:] if out else text
+
+
+def held_from(text: str, canaries: Sequence[str]) -> int:
+    """Where a stream must hold text back: the trailing word, when it could still grow
+    into something the guard looks for (a URL, a secret, a canary), and a private key
+    block from its BEGIN line until its END line. Ordinary words are not held, so most
+    deltas pass without waiting."""
+    block = text.rfind("-----BEGIN")
+    if block >= 0 and not _KEY_BLOCK_END.search(text, block):
+        return block
+    start = len(text)
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    word = text[start:]
+    if not word:
+        return len(text)
+    if _could_grow(word, canaries):
+        return start
+    return len(text)
+
+
+def _could_grow(word: str, canaries: Sequence[str]) -> bool:
+    lowered = word.lower()
+    if "://" in word or "](" in word or "//" in word or lowered.startswith(("http", "www.", "ftp")) or any(p.startswith(lowered) for p in ("https://", "ftp://")):
+        return True
+    if any(_suffix_prefix(word, canary) for canary in canaries):
+        return True
+    # A secret may sit after punctuation in the same word: {"key":"AKIA…, token:`ghp_…
+    tail = _NOT_CREDENTIAL.split(word)[-1]
+    if tail and any(tail.startswith(p) or p.startswith(tail) for p in _SECRET_STARTS):
+        return True
+    return len(tail) >= 12 and _CREDENTIAL_CHARS.fullmatch(tail) is not None
+
+
+def _suffix_prefix(word: str, canary: str) -> bool:
+    """Some ending of the word starts the canary (or the canary is inside it)."""
+    if canary in word:
+        return True
+    return any(canary.startswith(word[i:]) for i in range(max(0, len(word) - len(canary)), len(word)))
