@@ -105,7 +105,7 @@ test_offering_a_tool_outside_the_allow_list_refuses_the_request if {
 }
 
 test_an_mcp_server_the_provider_runs_is_refused_where_calls_are_judged if {
-	plan("research", ["mcp:github"]).reasons[0].tools == ["mcp:github"] # research has deny rules
+	plan("research", ["mcp:github", "server:web_fetch", "bash"]).reasons[0].tools == ["mcp:github", "server:web_fetch"] # research has deny rules
 	p := data.portcullis.decision with input as {"principal": {"team": "ops", "user": null, "key_id": "k"}, "request": {"model": "m", "requires": [], "tools": ["mcp:github"]}}
 		with data.portcullis.tenants as tenants
 		with data.portcullis.catalog as catalog

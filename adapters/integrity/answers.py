@@ -57,13 +57,14 @@ def withheld(kind: str) -> GatewayError:
 
 
 class OutputGuard(HeldTextGuard):
-    """Everything the answer says — text, tool-call arguments, and reasoning — is
-    scanned for the canary, secrets and data-carrying URLs; each finding is withheld,
-    redacted or flagged as the policy says, and counted in the audit record. Reasoning
-    is signed or kept as is, so there a redaction becomes a flag. In a stream the
-    trailing word is held only while it could still become a finding, and each piece is
-    scanned with the text released before it on its channel, so a finding split across
-    deltas is still seen (redacted from the part not yet released)."""
+    """The answer's text and reasoning are scanned for the canary, secrets and
+    data-carrying URLs; each finding is withheld, redacted or flagged as the policy
+    says, and counted in the audit record. Signed reasoning cannot change, so there a
+    redaction becomes a flag. Tool-call arguments are not this guard's: they are judged
+    whole, decoded, with the call (``inspect_arguments``). In a stream the trailing word
+    is held only while it could still become a finding, and each piece is scanned with
+    the text written before it on its channel, so a finding split across deltas is
+    still seen (redacted from the part not yet released)."""
 
     reads_signed = True
 
@@ -83,6 +84,8 @@ class OutputGuard(HeldTextGuard):
 
         def guard(surface: str, text: str) -> str:
             nonlocal changed
+            if surface == "tool_arguments":
+                return text
             result = self._judge(text, 0, changeable=surface != SIGNED)
             changed = changed or result != text
             return result
@@ -91,15 +94,18 @@ class OutputGuard(HeldTextGuard):
         return changed
 
     def _cut(self, text: str, piece: StreamText) -> int:
+        if piece.arguments:
+            return len(text)
         context = self._context.get(piece.channel, "")  # a word may have begun in text already released
         return max(0, output.held_from(context + text, self._canaries) - len(context))
 
     async def _rewrite(self, text: str, piece: StreamText) -> str:
-        if not text:
+        if not text or piece.arguments:
             return text
         context = self._context.get(piece.channel, "")
         result = self._judge(context + text, len(context), changeable=not piece.signed)[len(context) :]
-        self._context[piece.channel] = (context + result)[-CONTEXT_CHARS:]
+        # What the model wrote, not what went out: the rest of a finding must still match.
+        self._context[piece.channel] = (context + text)[-CONTEXT_CHARS:]
         return result
 
     def _judge(self, text: str, released: int, changeable: bool) -> str:
@@ -118,3 +124,24 @@ class OutputGuard(HeldTextGuard):
             return text
         clamped = [output.Finding(f.kind, max(f.start, released), f.end) for f in findings]
         return output.apply(text, clamped, self._actions)
+
+
+def inspect_arguments(call: ToolCall, policy: IntegrityPolicy) -> list[output.Finding]:
+    """The output guard's findings in a complete call's arguments, decoded: every
+    string in them (and a call whose arguments are not JSON is denied anyway)."""
+    canaries = policy.prompt.canaries if policy.prompt is not None else ()
+    strings: list[str] = []
+    _strings(call.arguments, strings)
+    return [finding for text in strings for finding in output.inspect(text, policy.output_actions, canaries, policy.allowed_hosts)]
+
+
+def _strings(value: Any, into: list[str]) -> None:
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            into.append(key)
+            _strings(item, into)
+    elif isinstance(value, list):
+        for item in value:
+            _strings(item, into)

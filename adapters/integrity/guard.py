@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.gateway import ResponseGuard, Step
-from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard
+from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, inspect_arguments, withheld
 from portcullis.adapters.integrity.scan_cache import ScanCache
 from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.protocols.routes import PROTOCOLS
@@ -110,8 +110,8 @@ class PromptIntegrity(Step):
         if policy is None:
             return []
         guards: list[ResponseGuard] = []
-        if policy.guards_tool_calls:
-            guards.append(ToolCallGuard(upstream, self._tool_judge(exchange)))
+        if policy.guards_tool_calls or policy.guards_output:  # a call's arguments are output too
+            guards.append(ToolCallGuard(upstream, self._tool_judge(exchange, policy)))
         if policy.guards_output:
             guards.append(OutputGuard(upstream, policy, exchange.audit_outcome))
         return guards
@@ -171,26 +171,50 @@ class PromptIntegrity(Step):
 
     # --- layer D ---------------------------------------------------------------------------
 
-    def _tool_judge(self, exchange: Exchange) -> Any:
-        """Verdicts from the bundle, one call at a time; denials are audited and sent
-        to the webhook. A verdict that cannot be reached denies."""
+    def _tool_judge(self, exchange: Exchange, policy: IntegrityPolicy) -> Any:
+        """Verdicts from the bundle, one call at a time, then the output guard over the
+        call's decoded arguments (withhold stops the answer, redact denies the call: a
+        command cannot be half-run); denials are audited and sent to the webhook. A
+        verdict that cannot be reached denies."""
         assert exchange.request is not None and exchange.principal is not None and exchange.bundle is not None
         declared = exchange.request.tools
         principal, bundle = exchange.principal, exchange.bundle
         denied: list[dict[str, Any]] = []
 
-        def judge(call: Any) -> str | None:
+        def verdict_of(call: Any) -> dict[str, Any]:
             if call.arguments is None:
-                reason, rule = "its arguments are not valid JSON, so they cannot be inspected", "unparseable_arguments"
-            else:
-                try:
-                    verdict = bundle.tool_call_verdicts(principal.as_input(), [{"name": call.name, "arguments": call.arguments}], declared)[0]
-                except PolicyError as error:
-                    log.error("request %s: tool-call verdict failed: %s", exchange.request_id, error)
-                    verdict = {"allow": False, "rule": "policy_error", "message": "the gateway's policy could not check it"}
-                if verdict["allow"]:
-                    return None
-                reason, rule = verdict["message"], verdict["rule"]
+                return {"allow": False, "rule": "unparseable_arguments", "message": "its arguments are not valid JSON, so they cannot be inspected"}
+            if not policy.guards_tool_calls:
+                return {"allow": True}
+            try:
+                return bundle.tool_call_verdicts(principal.as_input(), [{"name": call.name, "arguments": call.arguments}], declared)[0]
+            except PolicyError as error:
+                log.error("request %s: tool-call verdict failed: %s", exchange.request_id, error)
+                return {"allow": False, "rule": "policy_error", "message": "the gateway's policy could not check it"}
+
+        def output_verdict(call: Any) -> dict[str, Any]:
+            findings = inspect_arguments(call, policy) if policy.guards_output else []
+            if not findings:
+                return {"allow": True}
+            counts = exchange.audit_outcome.setdefault("integrity", {}).setdefault("output", {})
+            for finding in findings:
+                counts[finding.kind] = counts.get(finding.kind, 0) + 1
+            actions = {finding.kind: policy.output_actions[finding.kind] for finding in findings}
+            for kind, action in sorted(actions.items()):
+                if action == "withhold":
+                    raise withheld(kind)
+            redacted = sorted(kind for kind, action in actions.items() if action == "redact")
+            if redacted:
+                return {"allow": False, "rule": f"output_{redacted[0]}", "message": f"its arguments carry {' and '.join(redacted)} the output policy removes"}
+            return {"allow": True}
+
+        def judge(call: Any) -> str | None:
+            verdict = verdict_of(call)
+            if verdict["allow"]:
+                verdict = output_verdict(call)
+            if verdict["allow"]:
+                return None
+            reason, rule = verdict["message"], verdict["rule"]
             denied.append({"tool": printable(call.name)[:64], "rule": rule})
             exchange.audit_outcome.setdefault("integrity", {})["tool_calls_denied"] = denied
             log.warning("request %s: tool call denied by rule %s", exchange.request_id, rule)

@@ -329,7 +329,7 @@ def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
     if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
         return [StreamText(event.get("index"), delta, "text")]
     if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-        return [StreamText(event.get("index"), delta, "partial_json", json=True)]
+        return [StreamText(event.get("index"), delta, "partial_json", json=True, arguments=True)]
     if delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
         return [StreamText(event.get("index"), delta, "thinking", signed=True)]
     return []
@@ -368,10 +368,20 @@ def leading_instructions(body: Mapping[str, Any]) -> str | None:
     return first.get("text") if isinstance(first, dict) and first.get("type") == "text" else None
 
 
+# Tool types the provider runs itself: their calls happen before the gateway sees them.
+_SERVER_TOOL_TYPES = ("web_search_", "web_fetch_", "code_execution_")
+
+
 def declared_tools(body: Mapping[str, Any]) -> list[str]:
-    """The names of the tools a request offers the model; an MCP server the provider
-    connects to is ``mcp:<name>`` (its tools run before the gateway sees a call)."""
-    names = [tool["name"] for tool in body.get("tools") or () if isinstance(tool, dict) and isinstance(tool.get("name"), str)]
+    """The names of the tools a request offers the model. Tools the provider runs are
+    ``server:<name>``, MCP servers it connects to ``mcp:<name>``: policy can allow or
+    refuse them, but never judge their calls."""
+    names = []
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            kind = tool.get("type")
+            server = isinstance(kind, str) and kind.startswith(_SERVER_TOOL_TYPES)
+            names.append(f"server:{tool['name']}" if server else tool["name"])
     servers = body.get("mcp_servers")
     return names + [f"mcp:{server.get('name', '')}" for server in servers if isinstance(server, dict)] if isinstance(servers, list) else names
 

@@ -37,7 +37,6 @@ from portcullis.adapters.protocols.text import (
 )
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.spotlight import Boundary
-from portcullis.engine.pii.policy import SIGNED
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
 
@@ -250,15 +249,13 @@ def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
 
 
 def visit_answer(completion: dict[str, Any], visit: TextVisitor) -> None:
-    """Visits each choice's text, refusal and tool-call arguments (function, custom and
-    legacy function_call); reasoning is read (surface ``signed``), never changed."""
+    """Visits each choice's text, refusal, reasoning (Chat's is unsigned) and tool-call
+    arguments (function, custom and legacy function_call)."""
     for choice in completion.get("choices") or []:
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             continue
-        if isinstance(message.get("reasoning_content"), str):
-            visit(SIGNED, message["reasoning_content"])
-        for field in ("content", "refusal"):
+        for field in ("reasoning_content", "content", "refusal"):
             if isinstance(message.get(field), str):
                 message[field] = visit("text", message[field])
         calls = [call for call in message.get("tool_calls") or [] if isinstance(call, dict)]
@@ -279,21 +276,19 @@ def stream_texts(chunk: Mapping[str, Any]) -> list[StreamText]:
         if not isinstance(delta, dict):
             continue
         index = choice.get("index", 0)
-        if isinstance(delta.get("reasoning_content"), str):
-            texts.append(StreamText((index, "reasoning_content"), delta, "reasoning_content", signed=True))
-        for field in ("content", "refusal"):
+        for field in ("reasoning_content", "content", "refusal"):
             if isinstance(delta.get(field), str):
                 texts.append(StreamText((index, field), delta, field))
         for call in delta.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
             custom = call.get("custom") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                texts.append(StreamText((index, "tool", call.get("index", 0)), function, "arguments", json=True))
+                texts.append(StreamText((index, "tool", call.get("index", 0)), function, "arguments", json=True, arguments=True))
             elif isinstance(custom, dict) and isinstance(custom.get("input"), str):
-                texts.append(StreamText((index, "tool", call.get("index", 0)), custom, "input"))
+                texts.append(StreamText((index, "tool", call.get("index", 0)), custom, "input", arguments=True))
         legacy = delta.get("function_call")
         if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
-            texts.append(StreamText((index, "function_call"), legacy, "arguments", json=True))
+            texts.append(StreamText((index, "function_call"), legacy, "arguments", json=True, arguments=True))
     return texts
 
 
@@ -442,7 +437,8 @@ class ToolCallStream:
         for choice in (document or {}).get("choices") or ():
             index = choice.get("index", 0)
             delta = choice.get("delta") or {}
-            pieces = [((index, call.get("index", 0)), call) for call in delta.get("tool_calls") or () if isinstance(call, dict)]
+            listed = delta.get("tool_calls") if isinstance(delta.get("tool_calls"), list) else ()  # servers may send null
+            pieces = [((index, call.get("index", 0)), call) for call in listed if isinstance(call, dict)]
             if isinstance(delta.get("function_call"), dict):
                 pieces.append(((index, LEGACY), {"function": delta["function_call"]}))
             for key, call in pieces:
@@ -470,11 +466,12 @@ class ToolCallStream:
         return self._release() if self._held else []
 
     def _deny_too_large(self, key: tuple[int, int]) -> None:
-        """The call that outgrew the limit is denied now; what it held is dropped."""
+        """The call that outgrew the limit is denied now; what it held is dropped (the
+        held events are written again from their documents, so its bytes go too)."""
         self._too_large.add(key)
         self._size -= self._calls[key].get("size", 0)
         self._calls[key]["parts"] = []
-        self._held = [(event, self._without(document, {key}, {})) for event, document in self._held]
+        self._held = [(event if document is None else event_of(self._without(document, {key}, {})), document) for event, document in self._held]
 
     def _release(self) -> list[SSEEvent]:
         denied: dict[tuple[int, int], str] = {}
@@ -516,11 +513,11 @@ class ToolCallStream:
         """The chunk without the deltas of ``dropped`` calls, the rest renumbered."""
         for choice in (document or {}).get("choices") or ():
             c, delta = choice.get("index", 0), choice.get("delta") or {}
-            if "tool_calls" in delta:
+            if isinstance(delta.get("tool_calls"), list):
                 delta["tool_calls"] = [
                     dict(call, index=renumber.get((c, call.get("index", 0)), call.get("index", 0)))
                     for call in delta["tool_calls"]
-                    if (c, call.get("index", 0)) not in dropped
+                    if isinstance(call, dict) and (c, call.get("index", 0)) not in dropped
                 ]
                 if not delta["tool_calls"]:
                     del delta["tool_calls"]

@@ -171,13 +171,15 @@ class StreamText:
     for OpenAI a tuple whose first item is the choice); ``json`` says the text is
     JSON source, so what goes into it must be escaped; ``signed`` says it is reasoning
     the provider signed or keeps as is: it may be read and moved between events of its
-    channel, never changed."""
+    channel, never changed; ``arguments`` says it is a tool call's arguments, which
+    the tool-call guard judges whole."""
 
     channel: Any
     holder: dict[str, Any]
     key: str
     json: bool = False
     signed: bool = False
+    arguments: bool = False
 
 
 ALL_CHANNELS = "*"  # what a stream's end closes

@@ -16,14 +16,24 @@ CANARY, SECRETS, URLS = "canary", "secrets", "urls"
 STRICTNESS = {"withhold": 0, "redact": 1, "flag": 2}
 REPLACEMENT = {CANARY: "[removed by gateway policy]", SECRETS: "[secret removed by gateway policy]", URLS: "[link removed by gateway policy]"}
 
-_URL = re.compile(r"(?i)(?:\b(?:https?|ftp):|(?<=\]\())//[^\s<>\"'`)\]]+")  # also a markdown target's //host
+# Also a scheme-relative //host where a markdown target or an img src starts.
+_URL = re.compile(r"(?i)(?:\b(?:https?|ftp):|(?<=\]\()|(?<=\]\(<)|(?<=\]\( )|(?<=src=\")|(?<=src=')|(?<=src=))//[^\s<>\"'`)\]]+")
+_IMAGE_TARGET = re.compile(r"!\[[^\]\n]{0,400}\]\(\s?<?$")
+_IMG_SRC = re.compile(r"(?i)<img\b[^>]{0,400}\bsrc\s*=\s*[\"']?$")
+_IMAGE_REFERENCE = re.compile(r"!\[[^\]\n]{0,400}\]\[([^\]\n]{1,100})\]")
+_DEFINITION = re.compile(r"(?m)^ {0,3}\[([^\]\n]{1,100})\]:\s*<?$")
+_HEX_LABEL = re.compile(r"[0-9a-f]{24,}")
 _DATA_VALUE = re.compile(r"[A-Za-z0-9+/=_%.-]{16,}")
 _ENCODED = re.compile(r"(?=[^/.]*[a-z])(?=[^/.]*[A-Z])(?=[^/.]*[0-9])[A-Za-z0-9+=_-]{20,}")  # base64-like: a path segment or host label carrying data
 _IP_HOST = re.compile(r"^\[?[0-9a-f:.]+\]?$", re.IGNORECASE)
 _SECRET_STARTS = ("AKIA", "ASIA", "gh", "github_pat_", "sk-", "sk_", "xox", "AIza", "eyJ", "-----", "glpat-")
 _CREDENTIAL_CHARS = re.compile(r"[A-Za-z0-9_+/=.-]+")
 _NOT_CREDENTIAL = re.compile(r"[^A-Za-z0-9_+/=.-]")
+# A private key's header, or a header still being written that may become one.
+_KEY_BLOCK_START = re.compile(r"-----BEGIN(?: [A-Z0-9]+){0,3} PRIVATE KEY|-----BEGIN[A-Z0-9 ]{0,40}$")
 _KEY_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]{1,40}-----")
+_SECRET_NAME_BEFORE = re.compile(r"(?i)(secret|token|passw[a-z]*|pwd|api.?key|private.?key|access.?key|bearer|authorization)[\"'\]]?\s*[:=]?\s*[\"'`]?\s*$")
+MAX_KEY_BLOCK = 8192  # longer than any key the secret recogniser matches: past it, nothing is held
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,7 @@ def inspect(text: str, kinds: Iterable[str], canaries: Sequence[str], allowed_ho
         found += [Finding(SECRETS, f.start, f.end) for f in find(text, ("SECRET",))]
     if URLS in wanted:
         for match in _URL.finditer(text):
-            if suspicious_url(match.group(), _markdown_image(text, match.start()), allowed_hosts):
+            if suspicious_url(match.group(), _rendered_image(text, match.start()), allowed_hosts):
                 found.append(Finding(URLS, match.start(), match.end()))
     return sorted(found, key=lambda f: (f.start, -f.end))
 
@@ -65,15 +75,19 @@ def suspicious_url(url: str, markdown_image: bool, allowed_hosts: Sequence[Seque
         return False
     if markdown_image or parts.username or parts.password or _IP_HOST.match(host):
         return True
-    return bool(_DATA_VALUE.search(parts.query + parts.fragment) or _ENCODED.search(parts.path) or _ENCODED.search(host))
+    labels = parts.netloc.rpartition("@")[2].split(":")[0]  # as written: the lowercased hostname hides base64
+    return bool(_DATA_VALUE.search(parts.query + parts.fragment) or _ENCODED.search(parts.path) or _ENCODED.search(labels) or _HEX_LABEL.search(host))
 
 
-def _markdown_image(text: str, start: int) -> bool:
-    """Whether the URL at ``start`` is the target of ``![alt](…)``."""
-    if not text[:start].endswith("]("):
-        return False
-    opening = text.rfind("[", max(0, start - 400), start)
-    return opening > 0 and text[opening - 1] == "!"
+def _rendered_image(text: str, start: int) -> bool:
+    """Whether the URL at ``start`` is an image a renderer fetches by itself: the
+    target of ``![alt](…)``, an ``<img src>``, or the definition of a reference an
+    ``![alt][ref]`` uses."""
+    before = text[max(0, start - 500) : start]
+    if _IMAGE_TARGET.search(before) or _IMG_SRC.search(before):
+        return True
+    definition = _DEFINITION.search(before)
+    return definition is not None and definition.group(1).lower() in {label.lower() for label in _IMAGE_REFERENCE.findall(text)}
 
 
 def apply(text: str, findings: Iterable[Finding], actions: dict[str, str]) -> str:
@@ -93,7 +107,7 @@ def held_from(text: str, canaries: Sequence[str]) -> int:
     block from its BEGIN line until its END line. Ordinary words are not held, so most
     deltas pass without waiting."""
     block = text.rfind("-----BEGIN")
-    if block >= 0 and not _KEY_BLOCK_END.search(text, block):
+    if 0 <= block >= len(text) - MAX_KEY_BLOCK and _KEY_BLOCK_START.match(text, block) and not _KEY_BLOCK_END.search(text, block):
         return block
     start = len(text)
     while start > 0 and not text[start - 1].isspace():
@@ -101,7 +115,7 @@ def held_from(text: str, canaries: Sequence[str]) -> int:
     word = text[start:]
     if not word:
         return len(text)
-    if _could_grow(word, canaries):
+    if _could_grow(word, canaries) or _SECRET_NAME_BEFORE.search(text, max(0, start - 64), start):
         return start
     return len(text)
 

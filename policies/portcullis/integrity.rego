@@ -104,12 +104,17 @@ refuses_tool(tools, name) if {
 	not name_matches(patterns, name)
 }
 
-# An MCP server the provider connects to ("mcp:<name>") runs its tools before the
-# gateway sees a call, so a policy that judges calls cannot allow it.
+# A tool the provider runs ("server:<name>") or an MCP server it connects to
+# ("mcp:<name>") acts before the gateway sees a call, so a policy that judges calls
+# cannot allow it.
 refuses_tool(tools, name) if {
-	startswith(name, "mcp:")
+	provider_run(name)
 	judges_calls(tools)
 }
+
+provider_run(name) if startswith(name, "mcp:")
+
+provider_run(name) if startswith(name, "server:")
 
 judges_calls(tools) if count(tools.deny) > 0
 
