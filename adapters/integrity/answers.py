@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from portcullis.adapters.held_text import HeldTextGuard
+from portcullis.adapters.protocols.anthropic_messages import PROVIDER_TOOL_ARGUMENTS
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import StreamText, ToolCall, denial_text
 from portcullis.engine.errors import ErrorKind, GatewayError
@@ -74,7 +75,10 @@ class OutputGuard(HeldTextGuard):
         self._canaries = policy.prompt.canaries if policy.prompt is not None else ()
         self._hosts = policy.allowed_hosts
         self._audit = audit_outcome
-        self._context: dict[Any, str] = {}
+        self._context: dict[Any, str] = {}  # per channel: the last text written, as the model wrote it
+        self._written: dict[Any, int] = {}  # per channel: characters judged so far
+        self._seen: dict[Any, set[tuple[str, int]]] = {}  # per channel: findings counted, by kind and absolute start
+        self._provider_run: set[Any] = set()  # channels of calls the provider already ran: read, never changed
 
     def __repr__(self) -> str:
         return "OutputGuard()"
@@ -84,46 +88,67 @@ class OutputGuard(HeldTextGuard):
 
         def guard(surface: str, text: str) -> str:
             nonlocal changed
-            if surface == "tool_arguments":
+            if surface == "tool_arguments":  # the tool-call guard's
                 return text
-            result = self._judge(text, 0, changeable=surface != SIGNED)
+            result = self._judge(text, 0, changeable=surface not in (SIGNED, PROVIDER_TOOL_ARGUMENTS))
             changed = changed or result != text
             return result
 
         self.upstream.visit_answer(document, guard)
         return changed
 
+    async def _look_into(self, waiting: Any) -> None:
+        if waiting.event.event == "content_block_start":
+            opened = self.upstream.provider_run_block(waiting.event.json())
+            if opened is not None:
+                self._provider_run.add(opened)
+        await super()._look_into(waiting)
+
+    def _judged_elsewhere(self, piece: StreamText) -> bool:
+        return piece.arguments and piece.channel not in self._provider_run
+
     def _cut(self, text: str, piece: StreamText) -> int:
-        if piece.arguments:
+        if self._judged_elsewhere(piece):
             return len(text)
         context = self._context.get(piece.channel, "")  # a word may have begun in text already released
         return max(0, output.held_from(context + text, self._canaries) - len(context))
 
     async def _rewrite(self, text: str, piece: StreamText) -> str:
-        if not text or piece.arguments:
+        if not text or self._judged_elsewhere(piece):
             return text
-        context = self._context.get(piece.channel, "")
-        result = self._judge(context + text, len(context), changeable=not piece.signed)[len(context) :]
+        channel = piece.channel
+        context = self._context.get(channel, "")
+        written = self._written.get(channel, 0)
+        seen = self._seen.setdefault(channel, set())
+        changeable = not piece.signed and not piece.arguments
+        result = self._judge(context + text, len(context), changeable=changeable, origin=written - len(context), seen=seen)
         # What the model wrote, not what went out: the rest of a finding must still match.
-        self._context[piece.channel] = (context + text)[-CONTEXT_CHARS:]
-        return result
+        self._context[channel] = (context + text)[-CONTEXT_CHARS:]
+        self._written[channel] = written + len(text)
+        return result[len(context) :]
 
-    def _judge(self, text: str, released: int, changeable: bool) -> str:
+    def _judge(self, text: str, released: int, changeable: bool, origin: int = 0, seen: set[tuple[str, int]] | None = None) -> str:
         """``text[:released]`` has gone out already: only findings reaching past it count,
-        and only the part past it can still be changed."""
+        and only the part past it can still be changed. In a stream a finding that grows
+        across pieces is one finding (``seen``, by its start at ``origin`` + offset):
+        counted once, and its later parts removed without another marker."""
         findings = [f for f in output.inspect(text, self._actions, self._canaries, self._hosts) if f.end > released]
         if not findings:
             return text
+        seen = set() if seen is None else seen
+        new = [f for f in findings if (f.kind, origin + f.start) not in seen]
         counts = self._audit.setdefault("integrity", {}).setdefault("output", {})
-        for finding in findings:
+        for finding in new:
             counts[finding.kind] = counts.get(finding.kind, 0) + 1
-        for finding in findings:
+            seen.add((finding.kind, origin + finding.start))
+        for finding in new:
             if self._actions.get(finding.kind) == "withhold":
                 raise withheld(finding.kind)
         if not changeable:
             return text
         clamped = [output.Finding(f.kind, max(f.start, released), f.end) for f in findings]
-        return output.apply(text, clamped, self._actions)
+        continued = {c for c, f in zip(clamped, findings, strict=True) if f not in new and f.start < released}
+        return output.apply(text, clamped, self._actions, continued)
 
 
 def inspect_arguments(call: ToolCall, policy: IntegrityPolicy) -> list[output.Finding]:

@@ -201,6 +201,7 @@ class StreamUsage:
 # Blocks the provider itself produced and encrypted; they go back unchanged, unread.
 _PROVIDER_OPAQUE = frozenset({"redacted_thinking"})
 _TOOL_CALLS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+PROVIDER_TOOL_ARGUMENTS = "provider_tool_arguments"  # an answer's calls the provider itself ran
 _TOOL_RESULTS = frozenset({"tool_result", "mcp_tool_result"})
 
 
@@ -316,7 +317,9 @@ def visit_answer(message: dict[str, Any], visit: TextVisitor) -> None:
         elif block.get("type") == "text" and isinstance(block.get("text"), str):
             block["text"] = visit("text", block["text"])
         elif block.get("type") in _TOOL_CALLS and "input" in block:
-            block["input"] = visit_leaves(block["input"], "tool_arguments", visit)
+            # The client runs tool_use; server and MCP calls already ran at the provider.
+            surface = "tool_arguments" if block["type"] == "tool_use" else PROVIDER_TOOL_ARGUMENTS
+            block["input"] = visit_leaves(block["input"], surface, visit)
 
 
 def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
@@ -333,6 +336,13 @@ def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
     if delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
         return [StreamText(event.get("index"), delta, "thinking", signed=True)]
     return []
+
+
+def provider_run_block(event: Mapping[str, Any]) -> Any:
+    """The index of a content block this event opens for a call the provider runs
+    itself (server tools, MCP), else None."""
+    block = event.get("content_block") if event.get("type") == "content_block_start" else None
+    return event.get("index") if isinstance(block, dict) and block.get("type") in _TOOL_CALLS - {"tool_use"} else None
 
 
 def stream_ends(event: Mapping[str, Any]) -> list[Any]:

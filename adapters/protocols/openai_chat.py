@@ -292,6 +292,11 @@ def stream_texts(chunk: Mapping[str, Any]) -> list[StreamText]:
     return texts
 
 
+def provider_run_block(chunk: Mapping[str, Any]) -> Any:
+    """Chat answers carry no calls the provider ran itself."""
+    return None
+
+
 def stream_ends(chunk: Mapping[str, Any]) -> list[Any]:
     """The choices a chunk finishes: each closes the channels of its own index."""
     return [choice.get("index", 0) for choice in chunk.get("choices") or [] if isinstance(choice, dict) and choice.get("finish_reason") is not None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -17,12 +17,11 @@ STRICTNESS = {"withhold": 0, "redact": 1, "flag": 2}
 REPLACEMENT = {CANARY: "[removed by gateway policy]", SECRETS: "[secret removed by gateway policy]", URLS: "[link removed by gateway policy]"}
 
 # Also a scheme-relative //host where a markdown target or an img src starts.
-_URL = re.compile(r"(?i)(?:\b(?:https?|ftp):|(?<=\]\()|(?<=\]\(<)|(?<=\]\( )|(?<=src=\")|(?<=src=')|(?<=src=))//[^\s<>\"'`)\]]+")
-_IMAGE_TARGET = re.compile(r"!\[[^\]\n]{0,400}\]\(\s?<?$")
-_IMG_SRC = re.compile(r"(?i)<img\b[^>]{0,400}\bsrc\s*=\s*[\"']?$")
-_IMAGE_REFERENCE = re.compile(r"!\[[^\]\n]{0,400}\]\[([^\]\n]{1,100})\]")
+_URL = re.compile(r"(?i)(?:\b(?:https?|ftp):|(?<=\]\()|(?<=\]\(<)|(?<=\s)|(?<==\")|(?<==')|(?<==))(?://|\\\\)[^\s<>\"'`)\]]+")
+_IMAGE_TARGET = re.compile(r"!\[[^\]\n]{0,400}\]\(\s*<?$")
+_IMG_SRC = re.compile(r"(?i)<(?:img|image|video|source|input)\b[^>]{0,400}\b(?:src|srcset|poster|href)\s*=\s*[\"']?(?:[^\"'>]*,\s*)?$")
+_IMAGE_REFERENCE = re.compile(r"!\[([^\]\n]{1,400})\](?:\[([^\]\n]{0,100})\])?")
 _DEFINITION = re.compile(r"(?m)^ {0,3}\[([^\]\n]{1,100})\]:\s*<?$")
-_HEX_LABEL = re.compile(r"[0-9a-f]{24,}")
 _DATA_VALUE = re.compile(r"[A-Za-z0-9+/=_%.-]{16,}")
 _ENCODED = re.compile(r"(?=[^/.]*[a-z])(?=[^/.]*[A-Z])(?=[^/.]*[0-9])[A-Za-z0-9+=_-]{20,}")  # base64-like: a path segment or host label carrying data
 _IP_HOST = re.compile(r"^\[?[0-9a-f:.]+\]?$", re.IGNORECASE)
@@ -32,8 +31,11 @@ _NOT_CREDENTIAL = re.compile(r"[^A-Za-z0-9_+/=.-]")
 # A private key's header, or a header still being written that may become one.
 _KEY_BLOCK_START = re.compile(r"-----BEGIN(?: [A-Z0-9]+){0,3} PRIVATE KEY|-----BEGIN[A-Z0-9 ]{0,40}$")
 _KEY_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]{1,40}-----")
-_SECRET_NAME_BEFORE = re.compile(r"(?i)(secret|token|passw[a-z]*|pwd|api.?key|private.?key|access.?key|bearer|authorization)[\"'\]]?\s*[:=]?\s*[\"'`]?\s*$")
-MAX_KEY_BLOCK = 8192  # longer than any key the secret recogniser matches: past it, nothing is held
+# A secret's name and what joins it to its value, as the secret recogniser reads them.
+_SECRET_NAME = re.compile(r"(?i)(?:secret|token|passw|pwd|api.?key|private.?key|access.?key|auth)[A-Za-z0-9_]*[\"'\]]?\s*[:=]\s*[\"'`]?|\bbearer\s+")
+_VALUE_END = re.compile(r"[\s\"'`,;(){}\[\]<>]")
+_SPACE = re.compile(r"\s")
+MAX_HELD = 8192  # longer than any secret the recogniser matches: past it, nothing is held
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def suspicious_url(url: str, markdown_image: bool, allowed_hosts: Sequence[Seque
     if markdown_image or parts.username or parts.password or _IP_HOST.match(host):
         return True
     labels = parts.netloc.rpartition("@")[2].split(":")[0]  # as written: the lowercased hostname hides base64
-    return bool(_DATA_VALUE.search(parts.query + parts.fragment) or _ENCODED.search(parts.path) or _ENCODED.search(labels) or _HEX_LABEL.search(host))
+    return bool(_DATA_VALUE.search(parts.query + parts.fragment) or _ENCODED.search(parts.path) or _ENCODED.search(labels))
 
 
 def _rendered_image(text: str, start: int) -> bool:
@@ -87,16 +89,20 @@ def _rendered_image(text: str, start: int) -> bool:
     if _IMAGE_TARGET.search(before) or _IMG_SRC.search(before):
         return True
     definition = _DEFINITION.search(before)
-    return definition is not None and definition.group(1).lower() in {label.lower() for label in _IMAGE_REFERENCE.findall(text)}
+    if definition is None:
+        return False
+    labels = {(ref or alt).lower() for alt, ref in _IMAGE_REFERENCE.findall(text)}  # ![alt][ref], ![ref][], ![ref]
+    return definition.group(1).lower() in labels
 
 
-def apply(text: str, findings: Iterable[Finding], actions: dict[str, str]) -> str:
-    """The text with every finding whose action is redact replaced."""
+def apply(text: str, findings: Iterable[Finding], actions: dict[str, str], continued: Collection[Finding] = ()) -> str:
+    """The text with every finding whose action is redact replaced; a ``continued``
+    finding (the rest of one already replaced) is removed without a second marker."""
     out, at = [], 0
     for finding in findings:
         if actions.get(finding.kind) != "redact" or finding.start < at:
             continue
-        out += [text[at : finding.start], REPLACEMENT[finding.kind]]
+        out += [text[at : finding.start], "" if finding in continued else REPLACEMENT[finding.kind]]
         at = finding.end
     return "".join(out) + text[at:] if out else text
 
@@ -106,18 +112,31 @@ def held_from(text: str, canaries: Sequence[str]) -> int:
     into something the guard looks for (a URL, a secret, a canary), and a private key
     block from its BEGIN line until its END line. Ordinary words are not held, so most
     deltas pass without waiting."""
-    block = text.rfind("-----BEGIN")
-    if 0 <= block >= len(text) - MAX_KEY_BLOCK and _KEY_BLOCK_START.match(text, block) and not _KEY_BLOCK_END.search(text, block):
+    block = text.rfind("-----BEGIN", max(0, len(text) - MAX_HELD))
+    if block >= 0 and _KEY_BLOCK_START.match(text, block) and not _KEY_BLOCK_END.search(text, block):
         return block
-    start = len(text)
-    while start > 0 and not text[start - 1].isspace():
-        start -= 1
+    window = text[-MAX_HELD:]
+    space = _SPACE.search(window[::-1])  # the last whitespace, found by C code, however long the word
+    if space is None and len(window) == MAX_HELD:
+        return len(text)  # a word this long is judged as it is
+    start = len(text) - (space.start() if space else len(window))
     word = text[start:]
     if not word:
         return len(text)
-    if _could_grow(word, canaries) or _SECRET_NAME_BEFORE.search(text, max(0, start - 64), start):
+    if _could_grow(word, canaries) or _value_still_open(text, start):
         return start
     return len(text)
+
+
+def _value_still_open(text: str, word_start: int) -> bool:
+    """Whether the text ends inside the value of a named secret (``password: …``,
+    ``"apiKey":"…``, ``DB_PASSWORD=…``, ``Bearer …``), which the recogniser judges only
+    once it is whole."""
+    names = list(_SECRET_NAME.finditer(text, max(0, word_start - 64)))
+    if not names:
+        return False
+    value = text[names[-1].end() :]
+    return not _VALUE_END.search(value)
 
 
 def _could_grow(word: str, canaries: Sequence[str]) -> bool:

@@ -14,6 +14,7 @@ the bundle's rules are written for.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,8 @@ import re2
 from portcullis.engine.integrity.injection import ScanResult
 
 _HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
-_FULL_WIDTH = re2.compile("[\uff01-\uff5e]")
+_FULL_WIDTH = re2.compile("[\uff01-\uff5e]".encode())
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SPACES = re2.compile(rb"[\x{0B}\x{85}\p{Z}]")  # on UTF-8 bytes: RE2 does the work, not Python's re
 
 
@@ -53,12 +55,17 @@ class Scanner:
 
 
 def normalised_utf8(text: str) -> bytes:
-    """The text as the rules read it, as UTF-8 (a lone surrogate, which is not, as U+FFFD)."""
+    """The text as the rules read it, as UTF-8 (a lone surrogate as U+FFFD)."""
     if text.isascii():
         return text.encode().replace(b"\x0b", b" ")  # RE2's \s lacks the vertical tab
-    if _FULL_WIDTH.search(text):
-        text = text.translate(_HALF_WIDTH)
-    return _SPACES.sub(b" ", text.encode("utf-8", "replace"))
+    try:
+        encoded = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: RE2 reads UTF-8, which it is not
+        text = _LONE_SURROGATE.sub("\ufffd", text)
+        encoded = text.encode()
+    if _FULL_WIDTH.search(encoded):
+        encoded = text.translate(_HALF_WIDTH).encode()
+    return _SPACES.sub(b" ", encoded)
 
 
 def normalise(text: str) -> str:
