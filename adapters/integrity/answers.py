@@ -79,6 +79,7 @@ class OutputGuard(HeldTextGuard):
         self._written: dict[Any, int] = {}  # per channel: characters judged so far
         self._seen: dict[Any, set[tuple[str, int]]] = {}  # per channel: findings counted, by kind and absolute start
         self._provider_run: set[Any] = set()  # channels of calls the provider already ran: read, never changed
+        self._labels: dict[Any, set[str]] = {}  # per channel: reference labels images used so far
 
     def __repr__(self) -> str:
         return "OutputGuard()"
@@ -121,18 +122,22 @@ class OutputGuard(HeldTextGuard):
         written = self._written.get(channel, 0)
         seen = self._seen.setdefault(channel, set())
         changeable = not piece.signed and not piece.arguments
-        result = self._judge(context + text, len(context), changeable=changeable, origin=written - len(context), seen=seen)
+        result = self._judge(context + text, len(context), changeable=changeable, origin=written - len(context), seen=seen, origin_key=channel)
         # What the model wrote, not what went out: the rest of a finding must still match.
         self._context[channel] = (context + text)[-CONTEXT_CHARS:]
         self._written[channel] = written + len(text)
         return result[len(context) :]
 
-    def _judge(self, text: str, released: int, changeable: bool, origin: int = 0, seen: set[tuple[str, int]] | None = None) -> str:
+    def _judge(
+        self, text: str, released: int, changeable: bool, origin: int = 0, seen: set[tuple[str, int]] | None = None, origin_key: Any = None
+    ) -> str:
         """``text[:released]`` has gone out already: only findings reaching past it count,
         and only the part past it can still be changed. In a stream a finding that grows
         across pieces is one finding (``seen``, by its start at ``origin`` + offset):
         counted once, and its later parts removed without another marker."""
-        findings = [f for f in output.inspect(text, self._actions, self._canaries, self._hosts) if f.end > released]
+        labels = self._labels.setdefault(origin_key, set()) if origin_key is not None else set()
+        labels |= output.image_labels(text) if "![" in text else set()
+        findings = [f for f in output.inspect(text, self._actions, self._canaries, self._hosts, labels) if f.end > released]
         if not findings:
             return text
         seen = set() if seen is None else seen

@@ -342,7 +342,8 @@ def provider_run_block(event: Mapping[str, Any]) -> Any:
     """The index of a content block this event opens for a call the provider runs
     itself (server tools, MCP), else None."""
     block = event.get("content_block") if event.get("type") == "content_block_start" else None
-    return event.get("index") if isinstance(block, dict) and block.get("type") in _TOOL_CALLS - {"tool_use"} else None
+    index = event.get("index")
+    return index if isinstance(index, int) and isinstance(block, dict) and block.get("type") in _TOOL_CALLS - {"tool_use"} else None
 
 
 def stream_ends(event: Mapping[str, Any]) -> list[Any]:

@@ -72,12 +72,21 @@ def _parse(block: bytes) -> SSEEvent | None:
 
 
 def encode(data: Any, event: str | None = None) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    payload = data if isinstance(data, str) else _dumps(data)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
 
 
 def event_of(document: Any, event: str | None = None) -> SSEEvent:
     """An event carrying ``document``, as the gateway writes one."""
-    data = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    data = _dumps(document)
     return SSEEvent(event, data, encode(data, event))
+
+
+def _dumps(document: Any) -> str:
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate a provider sent escaped: it goes back escaped, as valid JSON
+        text = json.dumps(document, separators=(",", ":"))
+    return text

@@ -10,14 +10,14 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from portcullis.engine.pii.recognizers import find
+from portcullis.engine.pii.recognizers import SECRET_VALUE_CHARS, find
 
 CANARY, SECRETS, URLS = "canary", "secrets", "urls"
 STRICTNESS = {"withhold": 0, "redact": 1, "flag": 2}
 REPLACEMENT = {CANARY: "[removed by gateway policy]", SECRETS: "[secret removed by gateway policy]", URLS: "[link removed by gateway policy]"}
 
 # Also a scheme-relative //host where a markdown target or an img src starts.
-_URL = re.compile(r"(?i)(?:\b(?:https?|ftp):|(?<=\]\()|(?<=\]\(<)|(?<=\s)|(?<==\")|(?<==')|(?<==))(?://|\\\\)[^\s<>\"'`)\]]+")
+_URL = re.compile(r"(?i)(?:\b(?:https?|ftp):(?://|\\\\)|(?:(?<=\]\()|(?<=\]\(<)|(?<==\")|(?<==')|(?<==))//)[^\s<>\"'`)\]]+")
 _IMAGE_TARGET = re.compile(r"!\[[^\]\n]{0,400}\]\(\s*<?$")
 _IMG_SRC = re.compile(r"(?i)<(?:img|image|video|source|input)\b[^>]{0,400}\b(?:src|srcset|poster|href)\s*=\s*[\"']?(?:[^\"'>]*,\s*)?$")
 _IMAGE_REFERENCE = re.compile(r"!\[([^\]\n]{1,400})\](?:\[([^\]\n]{0,100})\])?")
@@ -33,7 +33,7 @@ _KEY_BLOCK_START = re.compile(r"-----BEGIN(?: [A-Z0-9]+){0,3} PRIVATE KEY|-----B
 _KEY_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]{1,40}-----")
 # A secret's name and what joins it to its value, as the secret recogniser reads them.
 _SECRET_NAME = re.compile(r"(?i)(?:secret|token|passw|pwd|api.?key|private.?key|access.?key|auth)[A-Za-z0-9_]*[\"'\]]?\s*[:=]\s*[\"'`]?|\bbearer\s+")
-_VALUE_END = re.compile(r"[\s\"'`,;(){}\[\]<>]")
+_VALUE_END = re.compile(SECRET_VALUE_CHARS.replace("[", "[^", 1))
 _SPACE = re.compile(r"\s")
 MAX_HELD = 8192  # longer than any secret the recogniser matches: past it, nothing is held
 
@@ -45,7 +45,11 @@ class Finding:
     end: int
 
 
-def inspect(text: str, kinds: Iterable[str], canaries: Sequence[str], allowed_hosts: Sequence[Sequence[str]]) -> list[Finding]:
+def inspect(
+    text: str, kinds: Iterable[str], canaries: Sequence[str], allowed_hosts: Sequence[Sequence[str]], image_labels: Collection[str] = ()
+) -> list[Finding]:
+    """Findings in ``text``; ``image_labels`` are reference labels images used earlier
+    in the same answer (a stream's text before this window)."""
     wanted = set(kinds)
     found: list[Finding] = []
     if CANARY in wanted:
@@ -58,7 +62,7 @@ def inspect(text: str, kinds: Iterable[str], canaries: Sequence[str], allowed_ho
         found += [Finding(SECRETS, f.start, f.end) for f in find(text, ("SECRET",))]
     if URLS in wanted:
         for match in _URL.finditer(text):
-            if suspicious_url(match.group(), _rendered_image(text, match.start()), allowed_hosts):
+            if suspicious_url(match.group(), _rendered_image(text, match.start(), image_labels), allowed_hosts):
                 found.append(Finding(URLS, match.start(), match.end()))
     return sorted(found, key=lambda f: (f.start, -f.end))
 
@@ -72,7 +76,7 @@ def suspicious_url(url: str, markdown_image: bool, allowed_hosts: Sequence[Seque
         parts = urlsplit(url.replace("\\", "/"))
         host = (parts.hostname or "").lower()
     except ValueError:
-        return True
+        return url.startswith(("http", "ftp", "HTTP", "FTP"))  # a malformed URL with a scheme is not given the benefit of the doubt
     if allowed_hosts and host and all(any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in hosts) for hosts in allowed_hosts):
         return False
     if markdown_image or parts.username or parts.password or _IP_HOST.match(host):
@@ -81,7 +85,12 @@ def suspicious_url(url: str, markdown_image: bool, allowed_hosts: Sequence[Seque
     return bool(_DATA_VALUE.search(parts.query + parts.fragment) or _ENCODED.search(parts.path) or _ENCODED.search(labels))
 
 
-def _rendered_image(text: str, start: int) -> bool:
+def image_labels(text: str) -> set[str]:
+    """The reference labels images use in ``text``: ![alt][ref], ![ref][], ![ref]."""
+    return {(ref or alt).lower() for alt, ref in _IMAGE_REFERENCE.findall(text)}
+
+
+def _rendered_image(text: str, start: int, known_labels: Collection[str] = ()) -> bool:
     """Whether the URL at ``start`` is an image a renderer fetches by itself: the
     target of ``![alt](…)``, an ``<img src>``, or the definition of a reference an
     ``![alt][ref]`` uses."""
@@ -91,8 +100,8 @@ def _rendered_image(text: str, start: int) -> bool:
     definition = _DEFINITION.search(before)
     if definition is None:
         return False
-    labels = {(ref or alt).lower() for alt, ref in _IMAGE_REFERENCE.findall(text)}  # ![alt][ref], ![ref][], ![ref]
-    return definition.group(1).lower() in labels
+    label = definition.group(1).lower()
+    return label in known_labels or label in image_labels(text)
 
 
 def apply(text: str, findings: Iterable[Finding], actions: dict[str, str], continued: Collection[Finding] = ()) -> str:

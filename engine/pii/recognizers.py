@@ -172,6 +172,9 @@ def _secret(text: str) -> bool:
 # Boundaries are ASCII: Korean and Japanese attach particles straight to a number
 # ("5678입니다", "hanako@example.jp宛て"), and `\w` would count those as part of it.
 _A = "A-Za-z0-9_"
+# What a secret assigned to a name may be made of (printable ASCII but space, " ' ` , ;):
+# the value ends at anything else, here and where the output guard holds a value.
+SECRET_VALUE_CHARS = r"[!#-&(-+\--:<-\[\]-_a-~]"
 _D = rf"(?<![{_A}.+-])"  # not glued to a word, a decimal or a sign
 _E = rf"(?![{_A}-]|\.\d)"  # likewise at the end
 _G = r"(?<!\d[ -])" + _D  # and not the tail of a longer grouped number
@@ -191,7 +194,9 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
                 # a bearer credential, and a value assigned to a name that says it is secret:
                 # the credential only, not the scheme or the name before it
                 r"[Bb]earer (?P<token>[A-Za-z0-9._~+/-]{16,}=*)",
-                r"(?i:secret|token|passw(?:or)?d|api[_-]?key|private[_-]?key)[A-Za-z0-9_]*[\"']?\s*[:=]\s*[\"']?(?!-----BEGIN)(?P<value>[!#-&(-+\--:<-\[\]-_a-~]{8,})",
+                r"(?i:secret|token|passw(?:or)?d|api[_-]?key|private[_-]?key)[A-Za-z0-9_]*[\"']?\s*[:=]\s*[\"']?(?!-----BEGIN)(?P<value>"
+                + SECRET_VALUE_CHARS
+                + "{8,})",
                 # the password in a URL's credentials: scheme://user:password@host
                 r"://[^/\s:@]{1,64}:(?P<secret>[^/\s@]{1,128})@",
             )
