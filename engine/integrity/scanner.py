@@ -25,7 +25,9 @@ from portcullis.engine.integrity.injection import ScanResult
 _HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
 _FULL_WIDTH = re2.compile("[\uff01-\uff5e]".encode())
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_SPACES = re2.compile(rb"[\x{0B}\x{85}\p{Z}]")  # on UTF-8 bytes: RE2 does the work, not Python's re
+# Unicode's separators (category Z) other than " ", and the vertical tab and next-line.
+_SPACES = re2.compile(rb"[\x{0B}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]")
+_SPACE_CHARS = re.compile("[\x0b\x85\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 class ScannerError(ValueError):
@@ -64,8 +66,11 @@ def normalised_utf8(text: str) -> bytes:
         text = _LONE_SURROGATE.sub("\ufffd", text)
         encoded = text.encode()
     if _FULL_WIDTH.search(encoded):
-        encoded = text.translate(_HALF_WIDTH).encode()
-    return _SPACES.sub(b" ", encoded)
+        text = text.translate(_HALF_WIDTH)
+        encoded = text.encode()
+    if _SPACES.search(encoded) is None:  # found by RE2 on bytes; rare, so replaced by Python's re
+        return encoded
+    return _SPACE_CHARS.sub(" ", text).encode()
 
 
 def normalise(text: str) -> str:
