@@ -21,6 +21,7 @@ from portcullis.adapters.protocols.sse import SSEEvent, encode, event_of
 from portcullis.adapters.protocols.text import (
     ALL_CHANNELS,
     MAX_HELD_TOOL_CALL_BYTES,
+    TOO_LARGE_TO_INSPECT,
     StreamText,
     TextVisitor,
     ToolCall,
@@ -31,6 +32,7 @@ from portcullis.adapters.protocols.text import (
     visit_leaves,
     visit_members,
     visit_schema,
+    wrap_untrusted,
 )
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.spotlight import Boundary
@@ -415,31 +417,18 @@ def spotlight(body: dict[str, Any], boundary: Boundary, sources: frozenset[str])
             kind = block.get("type") if isinstance(block, dict) else None
             if kind in _TOOL_RESULTS and "tool_results" in sources and block.get("content") is not None:
                 call = block.get("tool_use_id")
-                block["content"] = _wrapped(block["content"], boundary, boundary.opening("tool_result", tool=names.get(call), id=call))
-                wrapped += 1
+                inside = wrap_untrusted(block["content"], boundary, "tool_result", tool=names.get(call), id=call)
+                if inside is not None:
+                    block["content"] = inside
+                    wrapped += 1
             elif kind in ("document", "search_result") and "documents" in sources:
                 title = block.get("title") if isinstance(block.get("title"), str) else None
-                out.append({"type": "text", "text": boundary.opening(kind, title=title)})
-                _clean_strings(block, boundary)
-                out += [block, {"type": "text", "text": boundary.closing()}]
+                out += wrap_untrusted([block], boundary, kind, title=title)
                 wrapped += 1
                 continue
             out.append(block)
         message["content"] = out
     return wrapped
-
-
-def _wrapped(content: Any, boundary: Boundary, opening: str) -> Any:
-    if isinstance(content, str):
-        return f"{opening}\n{boundary.clean(content)}\n{boundary.closing()}"
-    if isinstance(content, list):
-        _clean_strings(content, boundary)
-        return [{"type": "text", "text": opening}, *content, {"type": "text", "text": boundary.closing()}]
-    return content
-
-
-def _clean_strings(value: Any, boundary: Boundary) -> None:
-    visit_leaves(value, "tool_results", lambda _, text: boundary.clean(text))
 
 
 def answer_tool_calls(message: Mapping[str, Any]) -> list[tuple[int, ToolCall]]:
@@ -517,7 +506,7 @@ class ToolCallStream:
                 self._parts.append(delta["partial_json"])
         if event.event != "content_block_stop" or event.json().get("index") != self._index:
             if self._size > MAX_HELD_TOOL_CALL_BYTES:
-                return self._decide("the call is too large for the gateway to inspect")
+                return self._decide(TOO_LARGE_TO_INSPECT)
             return []
         return self._decide(None)
 

@@ -21,6 +21,7 @@ from portcullis.adapters.protocols import (
 from portcullis.adapters.protocols.sse import SSEEvent, encode, event_of
 from portcullis.adapters.protocols.text import (
     MAX_HELD_TOOL_CALL_BYTES,
+    TOO_LARGE_TO_INSPECT,
     Handler,
     StreamText,
     TextVisitor,
@@ -34,6 +35,7 @@ from portcullis.adapters.protocols.text import (
     visit_leaves,
     visit_members,
     visit_schema,
+    wrap_untrusted,
 )
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.spotlight import Boundary
@@ -354,16 +356,10 @@ def spotlight(body: dict[str, Any], boundary: Boundary, sources: frozenset[str])
         if message.get("role") not in ("tool", "function") or message.get("content") is None:
             continue
         call_id = message.get("tool_call_id")
-        opening = boundary.opening("tool_result", tool=names.get(call_id) or message.get("name"), id=call_id)
-        content = message["content"]
-        if isinstance(content, str):
-            message["content"] = f"{opening}\n{boundary.clean(content)}\n{boundary.closing()}"
-        elif isinstance(content, list):
-            visit_leaves(content, "tool_results", lambda _, text: boundary.clean(text))
-            message["content"] = [{"type": "text", "text": opening}, *content, {"type": "text", "text": boundary.closing()}]
-        else:
-            continue
-        wrapped += 1
+        inside = wrap_untrusted(message["content"], boundary, "tool_result", tool=names.get(call_id) or message.get("name"), id=call_id)
+        if inside is not None:
+            message["content"] = inside
+            wrapped += 1
     return wrapped
 
 
@@ -425,8 +421,6 @@ class ToolCallStream:
     past ``MAX_HELD_TOOL_CALL_BYTES`` is denied there: its deltas are dropped as they
     arrive, and the stream is still held until the choice finishes."""
 
-    TOO_LARGE = "the call is too large for the gateway to inspect"
-
     def __init__(self, judge: Callable[[ToolCall], str | None]) -> None:
         self._judge = judge
         self._held: list[tuple[SSEEvent, dict[str, Any] | None]] = []
@@ -483,7 +477,7 @@ class ToolCallStream:
         for key, state in self._calls.items():
             text = "".join(state["parts"])
             call = ToolCall(state["name"], {"input": text}) if state["custom"] else tool_call(state["name"], text)
-            reason = self.TOO_LARGE if key in self._too_large else self._judge(call)
+            reason = TOO_LARGE_TO_INSPECT if key in self._too_large else self._judge(call)
             if reason is not None:
                 denied[key] = denial_text(call, reason)
         held, calls = self._held, self._calls

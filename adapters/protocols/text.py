@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portcullis.adapters.protocols import _decoder, _DuplicateMember, invalid
+from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import OTHER
 
 TextVisitor = Callable[[str, str], str]  # (surface, text) -> text
@@ -191,9 +192,25 @@ def content_kind(kind: Any) -> str:
     return kind if isinstance(kind, str) and _KIND.fullmatch(kind) else "unknown"
 
 
+# --- untrusted content -----------------------------------------------------------------------
+
+
+def wrap_untrusted(content: Any, boundary: Boundary, source: str, **attributes: str | None) -> Any | None:
+    """Content between untrusted boundaries: a string wrapped as one, a list of content
+    parts (both protocols' ``{"type": "text", ...}`` shape) between two text parts, every
+    string inside cleaned of the boundary. None for anything else, which stays as it is."""
+    if isinstance(content, str):
+        return boundary.wrap(content, source, **attributes)
+    if isinstance(content, list):
+        visit_leaves(content, "tool_results", lambda _, text: boundary.clean(text))
+        return [{"type": "text", "text": boundary.opening(source, **attributes)}, *content, {"type": "text", "text": boundary.closing()}]
+    return None
+
+
 # --- tool calls in answers --------------------------------------------------------------------
 
 MAX_HELD_TOOL_CALL_BYTES = 4 * 1024 * 1024  # a longer call is not inspected: it is denied
+TOO_LARGE_TO_INSPECT = "the call is too large for the gateway to inspect"
 
 
 @dataclass(frozen=True)
