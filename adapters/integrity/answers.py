@@ -12,7 +12,7 @@ from typing import Any
 from portcullis.adapters.held_text import HeldTextGuard
 from portcullis.adapters.protocols.anthropic_messages import PROVIDER_TOOL_ARGUMENTS
 from portcullis.adapters.protocols.sse import SSEEvent
-from portcullis.adapters.protocols.text import StreamText, ToolCall, denial_text
+from portcullis.adapters.protocols.text import StreamText, ToolCall, denial_text, read_strings
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity import output
 from portcullis.engine.integrity.policy import IntegrityPolicy
@@ -142,10 +142,8 @@ class OutputGuard(HeldTextGuard):
             return text
         seen = set() if seen is None else seen
         new = [f for f in findings if (f.kind, origin + f.start) not in seen]
-        counts = self._audit.setdefault("integrity", {}).setdefault("output", {})
-        for finding in new:
-            counts[finding.kind] = counts.get(finding.kind, 0) + 1
-            seen.add((finding.kind, origin + finding.start))
+        count_findings(self._audit, new)
+        seen.update((finding.kind, origin + finding.start) for finding in new)
         for finding in new:
             if self._actions.get(finding.kind) == "withhold":
                 raise withheld(finding.kind)
@@ -161,17 +159,12 @@ def inspect_arguments(call: ToolCall, policy: IntegrityPolicy) -> list[output.Fi
     string in them (and a call whose arguments are not JSON is denied anyway)."""
     canaries = policy.prompt.canaries if policy.prompt is not None else ()
     strings: list[str] = []
-    _strings(call.arguments, strings)
+    read_strings(call.arguments, lambda _, text: strings.append(text) or text)
     return [finding for text in strings for finding in output.inspect(text, policy.output_actions, canaries, policy.allowed_hosts)]
 
 
-def _strings(value: Any, into: list[str]) -> None:
-    if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            into.append(key)
-            _strings(item, into)
-    elif isinstance(value, list):
-        for item in value:
-            _strings(item, into)
+def count_findings(audit_outcome: dict[str, Any], findings: Iterable[output.Finding]) -> None:
+    """What the output checks found, by kind, in the request's outcome record."""
+    counts = audit_outcome.setdefault("integrity", {}).setdefault("output", {})
+    for finding in findings:
+        counts[finding.kind] = counts.get(finding.kind, 0) + 1

@@ -15,7 +15,6 @@ operator's prompt (with its canary) is never mistaken for the client's data.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.gateway import ResponseGuard, Step
-from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, inspect_arguments, withheld
+from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, count_findings, inspect_arguments, withheld
 from portcullis.adapters.integrity.scan_cache import ScanCache
 from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.protocols.routes import PROTOCOLS
@@ -36,7 +35,6 @@ from portcullis.engine.integrity.injection import HEADER, ScanResult, review
 from portcullis.engine.integrity.policy import IntegrityPolicy
 from portcullis.engine.integrity.spotlight import boundary_for
 from portcullis.engine.rego import PolicyError
-from portcullis.engine.tokens import text_tokens
 
 if TYPE_CHECKING:
     from portcullis.adapters.gateway import Exchange
@@ -50,11 +48,6 @@ class IntegrityState:
     content is wrapped in (this gateway's, or an authentic previous hop's)."""
 
     boundary: str | None = None
-
-
-@functools.lru_cache(maxsize=64)
-def _tokens(text: str) -> int:
-    return text_tokens(text)
 
 
 class PromptIntegrity(Step):
@@ -96,7 +89,7 @@ class PromptIntegrity(Step):
             changed = record["spotlighted"] > 0
         if policy.prompt is not None:
             prompt = policy.prompt
-            record["policy_prompt"] = {"version": prompt.version, "sha256": prompt.sha256, "tokens": _tokens(prompt.text)}
+            record["policy_prompt"] = {"version": prompt.version, "sha256": prompt.sha256, "tokens": prompt.tokens}
             if claim is not None and claim.prompt_sha256 == prompt.sha256 and protocol.leading_instructions(request.body) == prompt.text:
                 record["policy_prompt"]["inserted_by"] = "gateway_hop"
             else:
@@ -196,9 +189,7 @@ class PromptIntegrity(Step):
             findings = inspect_arguments(call, policy) if policy.guards_output else []
             if not findings:
                 return {"allow": True}
-            counts = exchange.audit_outcome.setdefault("integrity", {}).setdefault("output", {})
-            for finding in findings:
-                counts[finding.kind] = counts.get(finding.kind, 0) + 1
+            count_findings(exchange.audit_outcome, findings)
             actions = {finding.kind: policy.output_actions[finding.kind] for finding in findings}
             for kind, action in sorted(actions.items()):
                 if action == "withhold":

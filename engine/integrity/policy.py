@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from portcullis.engine.tokens import text_tokens
+
 # Told to the model whenever spotlighting is on; fixed text, so the prompt stays
 # byte-stable whatever boundary a request uses.
 SPOTLIGHT_NOTE = (
@@ -24,6 +26,7 @@ class PolicyPrompt:
     text: str  # exactly what is inserted
     sha256: str
     canaries: tuple[str, ...]
+    tokens: int  # cl100k_base tokens: what the prompt adds to every request, for the audit record
 
     @classmethod
     def build(cls, version: str, text: str, canaries: tuple[str, ...], spotlight: bool) -> PolicyPrompt:
@@ -32,7 +35,7 @@ class PolicyPrompt:
             parts.append(SPOTLIGHT_NOTE)
         parts += [CANARY_NOTE.format(canary=canary) for canary in canaries]
         block = "\n\n".join(parts)
-        return cls(version, block, hashlib.sha256(block.encode()).hexdigest(), canaries)
+        return cls(version, block, hashlib.sha256(block.encode()).hexdigest(), canaries, text_tokens(block))
 
 
 @dataclass(frozen=True)
