@@ -50,7 +50,6 @@ log = logging.getLogger("portcullis.gateway")
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 FALLBACK_HEADER = "x-portcullis-model-fallback"
-BUDGET_WARNING_HEADER = "x-portcullis-budget-warning"
 # Provider answers that say the request itself is wrong: another target would refuse
 # it too, so they go back to the client. Any other non-2xx (overload, rate limits,
 # timeouts, a target's expired credential or unknown model ID, a redirect) is about
@@ -453,8 +452,6 @@ class Gateway:
         plan, served = exchange.plan, exchange.served
         if plan is not None and served is not None and plan.model and served.canonical_model != plan.model:
             headers[FALLBACK_HEADER] = plan.model
-        if exchange.metering is not None and exchange.metering.warnings:
-            headers[BUDGET_WARNING_HEADER] = "; ".join(f"limit passed: {warning}" for warning in exchange.metering.warnings)
         return {**headers, **exchange.headers}
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:

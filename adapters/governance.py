@@ -33,6 +33,7 @@ from portcullis.engine.pricing import Usage
 from portcullis.engine.tokens import count_input_tokens
 
 log = logging.getLogger("portcullis.governance")
+BUDGET_WARNING_HEADER = "x-portcullis-budget-warning"
 
 LARGE_BODY_BYTES = 32 * 1024  # sized on a worker thread above this: tiktoken releases the GIL
 # Attempts after which the provider may have done, and billed, work the gateway never
@@ -65,6 +66,8 @@ class Governance(Step):
         exchange.request.cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
         bound = await self.size(exchange.bundle, exchange.request, exchange.plan.targets, exchange.day)
         exchange.metering = await self._reserve(exchange, "main", exchange.plan.limits, bound)
+        if exchange.metering.warnings:
+            exchange.headers[BUDGET_WARNING_HEADER] = "; ".join(f"limit passed: {warning}" for warning in exchange.metering.warnings)
 
     async def settle(self, exchange: Exchange) -> None:
         metering = exchange.metering
