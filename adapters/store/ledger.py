@@ -32,6 +32,50 @@ class Reservation:
     def charges_json(self) -> str:
         return json.dumps(self.charge_records())
 
+    def open_row(self) -> tuple[Any, ...]:
+        """The values of ``RESERVATION_COLUMNS`` for this reservation as first recorded:
+        open, charged its bound until a settlement replaces it."""
+        principal, bound = self.principal, self.bound
+        return (
+            self.id,
+            self.request_id,
+            self.subcall,
+            principal.get("team"),
+            principal.get("user"),
+            principal.get("key_id"),
+            "open",
+            self.charges_json(),
+            bound.tokens,
+            bound.cost_micro_usd,
+            bound.estimate,
+            bound.tokens,
+            bound.cost_micro_usd,
+            self.created_at,
+        )
+
+
+RESERVATION_COLUMNS = (
+    "id",
+    "request_id",
+    "subcall",
+    "team",
+    "user_id",
+    "key_id",
+    "state",
+    "charges",
+    "bound_tokens",
+    "bound_micro_usd",
+    "estimate",
+    "tokens",
+    "cost_micro_usd",
+    "created_at",
+)
+
+
+def insert_reservation_sql(placeholder: str) -> str:
+    """The statement that records ``Reservation.open_row``, in a driver's placeholder style."""
+    return f"INSERT INTO reservations ({', '.join(RESERVATION_COLUMNS)}) VALUES ({', '.join([placeholder] * len(RESERVATION_COLUMNS))})"
+
 
 @dataclass(frozen=True)
 class Outcome:

@@ -24,8 +24,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from portcullis.adapters.store import StoreUnavailable
-from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, settle_deltas
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
 from portcullis.engine.governance import COST, REQUESTS, TOKENS, Verdict, period_range, reached_thresholds
+
+_INSERT_RESERVATION = insert_reservation_sql("%s")
 
 log = logging.getLogger("portcullis.ledger")
 
@@ -239,28 +241,10 @@ class SharedLedger:
         await self._redis.set(self._key(charge.key), int(value), nx=True, exat=int(charge.expires_at.timestamp()))
 
     async def _record(self, reservation: Reservation) -> None:
-        principal, bound = reservation.principal, reservation.bound
+        row = reservation.open_row()
         try:
             async with self._pool.connection(timeout=5) as connection:
-                await connection.execute(
-                    "INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd,"
-                    " estimate, tokens, cost_micro_usd, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'open', %s, %s, %s, %s, %s, %s, %s)",
-                    (
-                        reservation.id,
-                        reservation.request_id,
-                        reservation.subcall,
-                        principal.get("team"),
-                        principal.get("user"),
-                        principal.get("key_id"),
-                        reservation.charges_json(),
-                        bound.tokens,
-                        bound.cost_micro_usd,
-                        bound.estimate,
-                        bound.tokens,
-                        bound.cost_micro_usd,
-                        reservation.created_at,
-                    ),
-                )
+                await connection.execute(_INSERT_RESERVATION, row)
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
 

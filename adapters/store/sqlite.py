@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from portcullis.adapters.store import KeyRecord, migration_files
-from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, settle_deltas
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
 from portcullis.engine.governance import Verdict, judge, reached_thresholds
+
+_INSERT_RESERVATION = insert_reservation_sql("?")
 
 
 class SqliteKeyStore:
@@ -110,27 +112,8 @@ class SqliteLedger:
         return verdict
 
     def _insert(self, reservation: Reservation) -> None:
-        principal = reservation.principal
-        bound = reservation.bound
-        self._db.execute(
-            "INSERT INTO reservations (id, request_id, subcall, team, user_id, key_id, state, charges, bound_tokens, bound_micro_usd, estimate, tokens,"
-            " cost_micro_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?)",
-            (
-                reservation.id,
-                reservation.request_id,
-                reservation.subcall,
-                principal.get("team"),
-                principal.get("user"),
-                principal.get("key_id"),
-                reservation.charges_json(),
-                bound.tokens,
-                bound.cost_micro_usd,
-                bound.estimate,
-                bound.tokens,
-                bound.cost_micro_usd,
-                reservation.created_at.isoformat(),
-            ),
-        )
+        *values, created_at = reservation.open_row()
+        self._db.execute(_INSERT_RESERVATION, (*values, created_at.isoformat()))
 
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
         from_states = ("open", "pending") if final.state == "reconciled" else ("open",)
