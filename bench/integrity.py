@@ -143,14 +143,8 @@ def main() -> None:
     print("\nthe request-side stage alone (scan, spotlight, policy prompt, re-serialise), per request:")
     for label, figures in stages.items():
         print(f"  {label:<40} median {figures['median_us']:9.1f} µs   p99 {figures['p99_us']:9.1f} µs")
-    print("\n20 KB agent turn through the gateway (same session each time, so the scan cache is warm):")
-    for row in rows:
-        figures = f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  {row['rps']:7.0f} req/s  errors {row['errors']}"
-        print(f"  {row['label']:<17} conc {row['concurrency']:>3}: {figures}")
-    print(f"\ntime to first content delta, {args.streams} sequential streams (output guard on the answer):")
-    for label, figures in ttft.items():
-        print(f"  {label:<17} median {figures['median_ms']:6.2f} ms   p99 {figures['p99_ms']:6.2f} ms")
-    print(f"  added: {ttft['integrity policy']['median_ms'] - ttft['no policy']['median_ms']:+.2f} ms at the median")
+    heading = "20 KB agent turn through the gateway (same session each time, so the scan cache is warm; output guard on the answer):"
+    side_by_side.report(rows, ttft, heading, args.streams, baseline="no policy", candidate="integrity policy")
 
 
 if __name__ == "__main__":

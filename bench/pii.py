@@ -114,15 +114,8 @@ def main() -> None:
     print("\nthe filter stage alone (detect, judge, transform, re-serialise), per request:")
     for label, figures in stages.items():
         print(f"  {label:<46} median {figures['median_us']:9.1f} µs   p99 {figures['p99_us']:9.1f} µs")
-    print("\n2 KB chat through the gateway (the answer echoes the placeholders, so they are restored):")
-    for row in rows:
-        figures = f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  {row['rps']:7.0f} req/s  errors {row['errors']}"
-        print(f"  {row['label']:<14} conc {row['concurrency']:>3}: {figures}")
-    print(f"\ntime to first content delta, {args.streams} sequential streams:")
-    for label, figures in ttft.items():
-        print(f"  {label:<14} median {figures['median_ms']:6.2f} ms   p99 {figures['p99_ms']:6.2f} ms")
-    added = ttft["PII policy"]["median_ms"] - ttft["no PII policy"]["median_ms"]
-    print(f"  added by the guard: {added:+.2f} ms at the median")
+    heading = "2 KB chat through the gateway (the answer echoes the placeholders, so they are restored):"
+    side_by_side.report(rows, ttft, heading, args.streams, baseline="no PII policy", candidate="PII policy")
 
 
 if __name__ == "__main__":

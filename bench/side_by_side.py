@@ -61,3 +61,16 @@ def compare(
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=15)
     return rows, ttft
+
+
+def report(rows: list[dict[str, Any]], ttft: dict[str, dict[str, float]], heading: str, streams: int, baseline: str, candidate: str) -> None:
+    """What ``compare`` measured, with the first-token time ``candidate`` adds to ``baseline``."""
+    width = max(len(label) for label in ttft)
+    print(f"\n{heading}")
+    for row in rows:
+        figures = f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  {row['rps']:7.0f} req/s  errors {row['errors']}"
+        print(f"  {row['label']:<{width}} conc {row['concurrency']:>3}: {figures}")
+    print(f"\ntime to first content delta, {streams} sequential streams:")
+    for label, figures in ttft.items():
+        print(f"  {label:<{width}} median {figures['median_ms']:6.2f} ms   p99 {figures['p99_ms']:6.2f} ms")
+    print(f"  added: {ttft[candidate]['median_ms'] - ttft[baseline]['median_ms']:+.2f} ms at the median")
