@@ -36,6 +36,11 @@ METERED_CHAT = "metered-chat"
 METERED_CHAT_UPSTREAM = "metered-chat-upstream"
 
 
+def budget_cap(team: str, limit_usd: str, period: str) -> dict[str, Any]:
+    """A team's hard budget: the rule most tests here run against."""
+    return {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": limit_usd, "period": period}}}
+
+
 def metered_bundle(directory: Path, team: str, rules: dict[str, Any], extra_teams: tuple[str, ...] = ()) -> Path:
     catalog = deep_copy(CATALOG)
     for model, provider, upstream in ((METERED, "anthropic-us", METERED_UPSTREAM), (METERED_CHAT, "openai-main", METERED_CHAT_UPSTREAM)):
@@ -90,7 +95,7 @@ def away_from_minute_edge(margin: float = 4.0) -> None:
 
 def test_hard_cap_admits_exactly_what_fits_under_concurrency(tmp_path: Path, fresh_gateway, fakes: Fakes, services: Services) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "1.00", "period": "CalendarMonth"}}}
+    rules = budget_cap(team, "1.00", "CalendarMonth")
     env, store = shared(services)
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules), env=env, store=store)
     key = gateway.key(team, env=env)
@@ -108,7 +113,7 @@ def test_hard_cap_admits_exactly_what_fits_under_concurrency(tmp_path: Path, fre
 
 def test_three_processes_share_one_cap(tmp_path: Path, fresh_gateway, fakes: Fakes, services: Services) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "1.00", "period": "CalendarMonth"}}}
+    rules = budget_cap(team, "1.00", "CalendarMonth")
     env, store = shared(services)
     bundle = metered_bundle(tmp_path / "b", team, rules)
     gateways = [fresh_gateway(bundle=bundle, env=env, store=store) for _ in range(3)]
@@ -121,7 +126,7 @@ def test_three_processes_share_one_cap(tmp_path: Path, fresh_gateway, fakes: Fak
 
 def test_embedded_cap_holds_under_concurrency_too(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.50", "period": "CalendarDay"}}}
+    rules = budget_cap(team, "0.50", "CalendarDay")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     fakes.anthropic_us.script(METERED_UPSTREAM, *[Reply(delay=1.0) for _ in range(40)])
     responses = asyncio.run(fire([gateway.url], gateway.key(team), 40))
@@ -215,7 +220,7 @@ def test_exhausted_budget_refusal_in_openai_format(tmp_path: Path, fresh_gateway
     """The first call fits the $0.05 cap exactly and spends $0.001; the second's bound no
     longer fits until the day ends, which retry-after says."""
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.05", "period": "CalendarDay"}}}
+    rules = budget_cap(team, "0.05", "CalendarDay")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
     ask = {"model": METERED, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
@@ -259,7 +264,7 @@ def test_unlimited_is_audited_and_serves(tmp_path: Path, fresh_gateway) -> None:
 
 def test_killed_process_leaves_an_open_reservation_that_reconcile_resolves(tmp_path: Path, fresh_gateway, fakes: Fakes, services: Services) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "1.00", "period": "CalendarMonth"}}}
+    rules = budget_cap(team, "1.00", "CalendarMonth")
     env, store = shared(services)
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules), env=env, store=store)
     key = gateway.key(team, env=env)
@@ -292,7 +297,7 @@ def test_killed_process_leaves_an_open_reservation_that_reconcile_resolves(tmp_p
 
 def test_cut_stream_stays_charged_until_reconciled_with_provider_usage(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.10", "period": "CalendarMonth"}}}
+    rules = budget_cap(team, "0.10", "CalendarMonth")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     key = gateway.key(team)
     fakes.anthropic_us.script(METERED_UPSTREAM, CutStream(after=4))
@@ -319,7 +324,7 @@ def test_cut_stream_stays_charged_until_reconciled_with_provider_usage(tmp_path:
 
 def test_counters_come_back_from_the_ledger_after_redis_loses_them(tmp_path: Path, fresh_gateway, fakes: Fakes, services: Services) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.07", "period": "CalendarMonth"}}}
+    rules = budget_cap(team, "0.07", "CalendarMonth")
     prefix = f"{services.redis_prefix}{team}:"
     env, store = shared(services, redis_prefix=prefix)
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules), env=env, store=store)
@@ -416,7 +421,7 @@ def test_cooling_keys_everywhere_fail_over_to_the_next_target(tmp_path: Path, fr
 
 def test_a_request_that_fails_everywhere_releases_its_reservation(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.06", "period": "CalendarDay"}}}
+    rules = budget_cap(team, "0.06", "CalendarDay")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     key = gateway.key(team)
     fakes.anthropic_us.script(METERED_UPSTREAM, Fail(503), Fail(400))
@@ -430,7 +435,7 @@ def test_a_timeout_keeps_the_bound_pending(tmp_path: Path, fresh_gateway, fakes:
     from tests.fake_provider import Hang
 
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.06", "period": "CalendarDay"}}}
+    rules = budget_cap(team, "0.06", "CalendarDay")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     key = gateway.key(team)
     fakes.anthropic_us.script(METERED_UPSTREAM, Hang(5))  # the provider may have done, and billed, the work
@@ -463,7 +468,7 @@ def test_hard_limits_cap_the_output_the_provider_may_produce(tmp_path: Path, fre
 def test_every_choice_counts_in_the_bound(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     """n=2 may produce twice the output: $0.10 fits a $0.12 cap, n=3's $0.15 does not."""
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.12", "period": "CalendarDay"}}}
+    rules = budget_cap(team, "0.12", "CalendarDay")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
     ask = {"model": METERED_CHAT, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
@@ -478,7 +483,7 @@ def test_an_answer_without_usage_keeps_its_bound_pending(tmp_path: Path, fresh_g
     """A provider that reports no usage is not assumed free: the bound stays charged
     until reconciliation finds the real figure, and the next call meets the cap."""
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "0.06", "period": "CalendarDay"}}}
+    rules = budget_cap(team, "0.06", "CalendarDay")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key(team), max_retries=0)
     ask = {"model": METERED_CHAT, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
@@ -495,7 +500,7 @@ def test_an_answer_without_usage_keeps_its_bound_pending(tmp_path: Path, fresh_g
 
 def test_a_client_gone_before_the_first_byte_still_settles(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     team = unique_team()
-    rules = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "1.00", "period": "CalendarDay"}}}
+    rules = budget_cap(team, "1.00", "CalendarDay")
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules))
     fakes.anthropic_us.script(METERED_UPSTREAM, Reply(delay=1.0, event_delay=0.2))
     key = gateway.key(team)
