@@ -6,6 +6,7 @@ streams."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -57,6 +58,16 @@ def withheld(kind: str) -> GatewayError:
     return GatewayError(ErrorKind.PERMISSION, f"the answer was withheld by the gateway's output policy ({kind})", code="output_withheld")
 
 
+@dataclass
+class _Written:
+    """One stream channel as the output guard has judged it so far."""
+
+    context: str = field(default="", repr=False)  # the last text, as the model wrote it (not as it went out)
+    length: int = 0  # characters judged: where ``context`` ends in the channel
+    seen: set[tuple[str, int]] = field(default_factory=set)  # findings counted, by kind and start in the channel
+    image_labels: set[str] = field(default_factory=set)  # reference labels images used so far
+
+
 class OutputGuard(HeldTextGuard):
     """The answer's text and reasoning are scanned for the canary, secrets and
     data-carrying URLs; each finding is withheld, redacted or flagged as the policy
@@ -75,11 +86,8 @@ class OutputGuard(HeldTextGuard):
         self._canaries = policy.prompt.canaries if policy.prompt is not None else ()
         self._hosts = policy.allowed_hosts
         self._audit = audit_outcome
-        self._context: dict[Any, str] = {}  # per channel: the last text written, as the model wrote it
-        self._written: dict[Any, int] = {}  # per channel: characters judged so far
-        self._seen: dict[Any, set[tuple[str, int]]] = {}  # per channel: findings counted, by kind and absolute start
+        self._channels: dict[Any, _Written] = {}
         self._provider_run: set[Any] = set()  # channels of calls the provider already ran: read, never changed
-        self._labels: dict[Any, set[str]] = {}  # per channel: reference labels images used so far
 
     def __repr__(self) -> str:
         return "OutputGuard()"
@@ -91,7 +99,7 @@ class OutputGuard(HeldTextGuard):
             nonlocal changed
             if surface == "tool_arguments":  # the tool-call guard's
                 return text
-            result = self._judge(text, 0, changeable=surface not in (SIGNED, PROVIDER_TOOL_ARGUMENTS))
+            result = self._judge(text, _Written(), changeable=surface not in (SIGNED, PROVIDER_TOOL_ARGUMENTS))
             changed = changed or result != text
             return result
 
@@ -111,39 +119,33 @@ class OutputGuard(HeldTextGuard):
     def _cut(self, text: str, piece: StreamText) -> int:
         if self._judged_elsewhere(piece):
             return len(text)
-        context = self._context.get(piece.channel, "")  # a word may have begun in text already released
+        context = self._channels.get(piece.channel, _Written()).context  # a word may have begun in text already released
         return max(0, output.held_from(context + text, self._canaries) - len(context))
 
     async def _rewrite(self, text: str, piece: StreamText) -> str:
         if not text or self._judged_elsewhere(piece):
             return text
-        channel = piece.channel
-        context = self._context.get(channel, "")
-        written = self._written.get(channel, 0)
-        seen = self._seen.setdefault(channel, set())
-        changeable = not piece.signed and not piece.arguments
-        result = self._judge(context + text, len(context), changeable=changeable, origin=written - len(context), seen=seen, origin_key=channel)
-        # What the model wrote, not what went out: the rest of a finding must still match.
-        self._context[channel] = (context + text)[-CONTEXT_CHARS:]
-        self._written[channel] = written + len(text)
+        written = self._channels.setdefault(piece.channel, _Written())
+        context = written.context
+        result = self._judge(context + text, written, changeable=not piece.signed and not piece.arguments)
+        written.context = (context + text)[-CONTEXT_CHARS:]  # the rest of a finding must still match
+        written.length += len(text)
         return result[len(context) :]
 
-    def _judge(
-        self, text: str, released: int, changeable: bool, origin: int = 0, seen: set[tuple[str, int]] | None = None, origin_key: Any = None
-    ) -> str:
-        """``text[:released]`` has gone out already: only findings reaching past it count,
-        and only the part past it can still be changed. In a stream a finding that grows
-        across pieces is one finding (``seen``, by its start at ``origin`` + offset):
-        counted once, and its later parts removed without another marker."""
-        labels = self._labels.setdefault(origin_key, set()) if origin_key is not None else set()
-        labels |= output.image_labels(text) if "![" in text else set()
-        findings = [f for f in output.inspect(text, self._actions, self._canaries, self._hosts, labels) if f.end > released]
+    def _judge(self, text: str, written: _Written, changeable: bool) -> str:
+        """``text`` is ``written.context`` (gone out already) and a new piece: only
+        findings reaching past the context count, and only the piece can still change.
+        A finding that grows across pieces is one finding: counted once, and its later
+        parts removed without another marker."""
+        released, origin = len(written.context), written.length - len(written.context)
+        if "![" in text:
+            written.image_labels |= output.image_labels(text)
+        findings = [f for f in output.inspect(text, self._actions, self._canaries, self._hosts, written.image_labels) if f.end > released]
         if not findings:
             return text
-        seen = set() if seen is None else seen
-        new = [f for f in findings if (f.kind, origin + f.start) not in seen]
+        new = [f for f in findings if (f.kind, origin + f.start) not in written.seen]
         count_findings(self._audit, new)
-        seen.update((finding.kind, origin + finding.start) for finding in new)
+        written.seen.update((finding.kind, origin + finding.start) for finding in new)
         for finding in new:
             if self._actions.get(finding.kind) == "withhold":
                 raise withheld(finding.kind)
