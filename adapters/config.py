@@ -107,12 +107,30 @@ def _secret(field: str, env_name: str | None) -> bytes | None:
 
 
 @dataclass(frozen=True)
+class RedisPoolConfig:
+    """One Redis connection pool per process, shared by every client of the shared store."""
+
+    max_connections: int = 64
+    wait_seconds: float = 10.0  # a request waits this long for a free connection before failing
+    health_check_seconds: int = 5  # a connection idle this long is PINGed before it is used
+
+
+@dataclass(frozen=True)
+class PostgresPoolConfig:
+    min_connections: int = 2
+    max_connections: int = 10
+    wait_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     kind: str = "embedded"
     path: Path = Path(".portcullis/portcullis.db")
     database_url_env: str = "DATABASE_URL"
     redis_url_env: str = "REDIS_URL"
     redis_prefix: str = "portcullis:"
+    redis_pool: RedisPoolConfig = field(default_factory=RedisPoolConfig)
+    postgres_pool: PostgresPoolConfig = field(default_factory=PostgresPoolConfig)
 
     def url(self, env_name: str) -> str:
         value = os.environ.get(env_name)
@@ -202,6 +220,8 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
                 raise ConfigError(f"{source}: policy.public_keys[{i}].key_file: {error.strerror}") from None
         keys.append(VerificationKey(entry["id"], entry["algorithm"], pem, entry.get("scope", "")))
     store = document.get("store", {})
+    if store.get("postgres_pool", {}).get("min_connections", 2) > store.get("postgres_pool", {}).get("max_connections", 10):
+        raise ConfigError(f"{source}: store.postgres_pool: min_connections is larger than max_connections")
     listen = document.get("listen", {})
     limits = document.get("limits", {})
     auth = document.get("auth", {})
@@ -222,6 +242,8 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             database_url_env=store.get("database_url_env", "DATABASE_URL"),
             redis_url_env=store.get("redis_url_env", "REDIS_URL"),
             redis_prefix=store.get("redis_prefix", "portcullis:"),
+            redis_pool=RedisPoolConfig(**store.get("redis_pool", {})),
+            postgres_pool=PostgresPoolConfig(**store.get("postgres_pool", {})),
         ),
         audit_path=resolve(document.get("audit", {}).get("path", ".portcullis/audit.jsonl")),
         max_request_bytes=limits.get("max_request_bytes", 16 * 1024 * 1024),

@@ -82,6 +82,11 @@ class Governance(Step):
         else:
             final = self._final(reservation, "pending", exchange.usage, exchange.cost_micro_usd or 0, exchange.served)
         metering.state = await self._settle(reservation, final)
+        # What the ledger now holds for the request, so the audit log and the ledger sum to
+        # the same spend: the final cost, the whole bound while pending, or — when the
+        # settlement could not be written — the bound of the still-open reservation.
+        charged = reservation.bound.cost_micro_usd if metering.state == "open" else final.cost_micro_usd
+        exchange.audit_outcome["charged_micro_usd"] = charged
 
     # --- auxiliary sub-calls -------------------------------------------------------------
 

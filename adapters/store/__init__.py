@@ -64,6 +64,8 @@ class Store:
     async def close(self) -> None:
         await self.keys.close()
         await self.auth_failures.close()
+        if self.redis is not None:
+            await self.redis.aclose()  # and its pool, which every Redis client here borrowed from
 
 
 async def open_store(config: StoreConfig, max_failures: int, window: int, migrate: bool = False) -> Store:
@@ -77,13 +79,17 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
 
         sqlite = SqliteKeyStore.open(config.path)
         return Store(sqlite, MemoryFailureCounter(max_failures, window), SqliteLedger(sqlite.connection), MemoryCapacity())
+    from portcullis.adapters.store.connections import redis_client
     from portcullis.adapters.store.postgres import PostgresKeyStore
     from portcullis.adapters.store.shared import SharedLedger
 
-    keys = await PostgresKeyStore.open(config.url(config.database_url_env), migrate=migrate)
-    failures = RedisFailureCounter(config.url(config.redis_url_env), max_failures, window, config.redis_prefix)
-    ledger = SharedLedger(failures.redis, keys.pool, config.redis_prefix)
-    return Store(keys, failures, ledger, RedisCapacity(failures.redis, config.redis_prefix), failures.redis)
+    # One PostgreSQL pool and one Redis pool for the whole process: every client below shares them.
+    database_url, redis_url = config.url(config.database_url_env), config.url(config.redis_url_env)
+    keys = await PostgresKeyStore.open(database_url, migrate=migrate, pool=config.postgres_pool)
+    redis = redis_client(redis_url, config.redis_pool)
+    failures = RedisFailureCounter(redis, max_failures, window, config.redis_prefix)
+    ledger = SharedLedger(redis, keys.pool, config.redis_prefix)
+    return Store(keys, failures, ledger, RedisCapacity(redis, config.redis_prefix), redis)
 
 
 def migration_files(dialect: str) -> list[tuple[int, str, str]]:

@@ -4,12 +4,14 @@ from one address is throttled long before it could succeed."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
+from collections.abc import Callable
 
-import redis.asyncio as redis
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from portcullis.adapters.store import StoreUnavailable
+log = logging.getLogger("portcullis.auth")
 
 
 class MemoryFailureCounter:
@@ -17,7 +19,7 @@ class MemoryFailureCounter:
 
     MAX_CLIENTS = 100_000  # bounded memory under a flood from many addresses
 
-    def __init__(self, max_failures: int, window: int, clock=time.monotonic) -> None:
+    def __init__(self, max_failures: int, window: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._max = max_failures
         self._window = window
         self._clock = clock
@@ -44,14 +46,20 @@ class MemoryFailureCounter:
 
 
 class RedisFailureCounter:
-    """Counters shared by every replica; the key carries a hash, not the address itself."""
+    """Counters shared by every replica; the key carries a hash, not the address itself.
 
-    def __init__(self, url: str, max_failures: int, window: int, prefix: str = "portcullis:") -> None:
-        self._redis = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        self.redis = self._redis  # shared with the ledger
+    The throttle is a defence, not a gate: when Redis cannot be reached, failures are
+    counted in this process instead, so keys still authenticate (from PostgreSQL) and
+    guessing from one address is still slowed, per replica, until Redis is back."""
+
+    def __init__(self, client: Redis, max_failures: int, window: int, prefix: str = "portcullis:", clock: Callable[[], float] = time.monotonic) -> None:
+        self._redis = client
         self._max = max_failures
         self._window = window
         self._prefix = prefix
+        self._local = MemoryFailureCounter(max_failures, window, clock)
+        self._clock = clock
+        self._warned_at: float | None = None
 
     def _key(self, client: str) -> str:
         return f"{self._prefix}authfail:{hashlib.sha256(client.encode()).hexdigest()[:32]}"
@@ -62,10 +70,11 @@ class RedisFailureCounter:
             async with self._redis.pipeline(transaction=False) as pipe:
                 count, ttl = await pipe.get(key).ttl(key).execute()
         except RedisError as error:
-            raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
+            self._falling_back(error)
+            return await self._local.retry_after(client)
         if count is not None and int(count) >= self._max:
             return max(1, int(ttl)) if ttl and ttl > 0 else 1
-        return None
+        return await self._local.retry_after(client)  # failures counted here while Redis was away still count
 
     async def record_failure(self, client: str) -> None:
         try:
@@ -73,7 +82,14 @@ class RedisFailureCounter:
             async with self._redis.pipeline(transaction=True) as pipe:
                 await pipe.incr(key).expire(key, self._window, nx=True).execute()
         except RedisError as error:
-            raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
+            self._falling_back(error)
+            await self._local.record_failure(client)
+
+    def _falling_back(self, error: RedisError) -> None:
+        now = self._clock()
+        if self._warned_at is None or now - self._warned_at > 60:  # once a minute, not once a request
+            self._warned_at = now
+            log.warning("auth-failure counters: Redis is unavailable (%s); counting in this process", type(error).__name__)
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        return None  # the client belongs to the store

@@ -7,7 +7,9 @@ import datetime as dt
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from portcullis.adapters.config import PostgresPoolConfig
 from portcullis.adapters.store import KeyRecord, StoreUnavailable, migration_files
+from portcullis.adapters.store.connections import postgres_pool
 
 _MIGRATION_LOCK = 7_243_091_613  # pg_advisory_lock id: one migrator at a time across replicas
 
@@ -19,14 +21,8 @@ class PostgresKeyStore:
         self.applied_migrations: list[str] = []
 
     @classmethod
-    async def open(cls, url: str, migrate: bool = False) -> PostgresKeyStore:
-        pool = AsyncConnectionPool(url, min_size=2, max_size=32, open=False, kwargs={"autocommit": True})
-        try:
-            await pool.open(wait=True, timeout=10)
-        except Exception as error:
-            await pool.close()
-            raise StoreUnavailable(f"cannot connect to PostgreSQL: {type(error).__name__}") from None
-        store = cls(pool)
+    async def open(cls, url: str, migrate: bool = False, pool: PostgresPoolConfig | None = None) -> PostgresKeyStore:
+        store = cls(await postgres_pool(url, pool or PostgresPoolConfig()))
         if migrate:
             store.applied_migrations = await store.migrate()
         else:
@@ -85,7 +81,7 @@ class PostgresKeyStore:
             async with self._pool.connection() as connection:
                 cursor = await connection.execute("SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys ORDER BY created_at")
                 return [KeyRecord(*row) for row in await cursor.fetchall()]
-        except psycopg.OperationalError as error:
+        except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
 
     async def close(self) -> None:
@@ -93,7 +89,7 @@ class PostgresKeyStore:
 
     async def _one(self, sql: str, params: tuple) -> tuple | None:
         try:
-            async with self._pool.connection(timeout=5) as connection:
+            async with self._pool.connection() as connection:
                 cursor = await connection.execute(sql, params)
                 return await cursor.fetchone()
         except (psycopg.OperationalError, TimeoutError) as error:

@@ -171,7 +171,7 @@ class SharedLedger:
     async def _settle_row(self, reservation_id: str, final: Final) -> tuple[str, bool] | None:
         from_states = ["open", "pending"] if final.state == "reconciled" else ["open"]
         try:
-            async with self._pool.connection(timeout=5) as connection:
+            async with self._pool.connection() as connection:
                 cursor = await connection.execute(
                     _SETTLE_SQL,
                     {
@@ -200,7 +200,7 @@ class SharedLedger:
             log.error("a settlement's Redis change could not be taken back; reload counters with `portcullis ledger reconcile --reload-counters`")
 
     async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]:
-        async with self._pool.connection(timeout=5) as connection:
+        async with self._pool.connection() as connection:
             cursor = await connection.execute(
                 "SELECT id, request_id, state, charges, bound_tokens, bound_micro_usd, usage, served, created_at FROM reservations"
                 " WHERE state = 'pending' OR (state = 'open' AND created_at < %s) ORDER BY created_at",
@@ -228,7 +228,7 @@ class SharedLedger:
         start, end = period_range(instance)
         where, params = _scope_predicate(scope)
         try:
-            async with self._pool.connection(timeout=5) as connection:
+            async with self._pool.connection() as connection:
                 cursor = await connection.execute(
                     f"SELECT count(*), coalesce(sum(tokens), 0), coalesce(sum(cost_micro_usd), 0) FROM reservations"
                     f" WHERE {where} AND created_at >= %s AND created_at < %s",
@@ -243,7 +243,7 @@ class SharedLedger:
     async def _record(self, reservation: Reservation) -> None:
         row = reservation.open_row()
         try:
-            async with self._pool.connection(timeout=5) as connection:
+            async with self._pool.connection() as connection:
                 await connection.execute(_INSERT_RESERVATION, row)
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
@@ -254,7 +254,7 @@ class SharedLedger:
         if not reached:
             return fired
         try:
-            async with self._pool.connection(timeout=5) as connection:
+            async with self._pool.connection() as connection:
                 for key, threshold in reached:
                     cursor = await connection.execute(
                         "INSERT INTO threshold_events (counter, threshold, fired_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING counter",
