@@ -149,7 +149,7 @@ class Governance(Step):
         if verdict.unmetered:
             log.error("request %s served without counters: they are unavailable; the spend is recorded", exchange.request_id)
         if verdict.blocked is not None:
-            raise refusal(verdict.blocked, now)
+            raise refusal(verdict.blocked, now, verdict.retry_after_ms)
         return Metering(reservation, tuple(charge.limit.describe() for charge in verdict.warnings), unmetered=verdict.unmetered)
 
     async def _settle(self, reservation: Reservation, final: Final) -> str:

@@ -87,22 +87,47 @@ def _fill(scope: str, principal: Mapping[str, Any]) -> str:
     return scope.replace("{user}", str(principal.get("user"))).replace("{key}", str(principal.get("key_id")))
 
 
+# Rate limits (rpm, tpm) are sliding windows, not calendar minutes: a request is admitted
+# only if what was admitted in the 60 seconds before it, plus its own amount, stays within
+# the limit. So no 60-second span, wherever it starts, holds more than the limit — a burst
+# straddling a minute boundary cannot get the limit twice. The store keeps a log of the
+# window's entries (time, reservation, amount) beside its running total.
+WINDOW_MS = 60_000
+WINDOW = "w60"  # the instance name of every window counter: it never rolls over
+
+
+def windowed(period: str) -> bool:
+    return period == MINUTE
+
+
+def window_wait_ms(entries: Iterable[tuple[int, int]], value: int, charge: Charge, now_ms: int) -> int:
+    """Milliseconds until enough of a window's oldest entries (``(at_ms, amount)``, oldest
+    first) have left it for ``charge`` to fit; the stores apply the same rule in place."""
+    limit = charge.limit
+    assert limit.block is not None
+    needed = value + charge.amount - limit.block if limit.hard else value - limit.block + 1
+    freed, last = 0, now_ms - WINDOW_MS
+    for at_ms, amount in entries:
+        if freed >= needed:
+            break
+        freed, last = freed + amount, at_ms
+    return max(0, last + WINDOW_MS - now_ms)
+
+
 def period_key(period: str, now: dt.datetime) -> str:
-    """The instance of a period ``now`` falls in (UTC): m2026-11-30T09:15, d2026-11-30, M2026-11."""
+    """The instance of a period ``now`` falls in (UTC): d2026-11-30, M2026-11; a rate
+    window has one instance for ever (``w60``)."""
     now = now.astimezone(dt.UTC)
-    if period == MINUTE:
-        return now.strftime("m%Y-%m-%dT%H:%M")
+    if windowed(period):
+        return WINDOW
     if period == DAY:
         return now.strftime("d%Y-%m-%d")
     return now.strftime("M%Y-%m")
 
 
 def period_range(instance: str) -> tuple[dt.datetime, dt.datetime]:
-    """[start, end) of a period instance named by ``period_key``."""
+    """[start, end) of a calendar period instance named by ``period_key``."""
     kind, text = instance[0], instance[1:]
-    if kind == "m":
-        start = dt.datetime.strptime(text, "%Y-%m-%dT%H:%M").replace(tzinfo=dt.UTC)
-        return start, period_end(MINUTE, start)
     if kind == "d":
         start = dt.datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=dt.UTC)
         return start, period_end(DAY, start)
@@ -111,9 +136,10 @@ def period_range(instance: str) -> tuple[dt.datetime, dt.datetime]:
 
 
 def period_end(period: str, now: dt.datetime) -> dt.datetime:
+    """When the period ``now`` is in ends; for a window, when an entry made now leaves it."""
     now = now.astimezone(dt.UTC)
-    if period == MINUTE:
-        return now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    if windowed(period):
+        return now + dt.timedelta(milliseconds=WINDOW_MS)
     if period == DAY:
         return now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
     first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -172,6 +198,7 @@ class Verdict:
     blocked: Charge | None
     warnings: tuple[Charge, ...]
     unmetered: bool = False  # recorded durably, but the counters could not be reached
+    retry_after_ms: int | None = None  # a blocked window: until enough of it has left
 
 
 def judge(charges: Iterable[Charge], current: Mapping[str, int]) -> Verdict:
@@ -187,10 +214,11 @@ def judge(charges: Iterable[Charge], current: Mapping[str, int]) -> Verdict:
     return Verdict(None, warnings)
 
 
-def refusal(charge: Charge, now: dt.datetime) -> GatewayError:
+def refusal(charge: Charge, now: dt.datetime, retry_after_ms: int | None = None) -> GatewayError:
     """The client-facing error for a blocked charge: 402 for money, 429 for the rest,
-    with retry-after set to when the counter's period ends. A request whose bound alone
-    is over the limit can never pass it: that says so, and invites no retry."""
+    with retry-after set to when the counter's period ends (a window: ``retry_after_ms``,
+    when enough of it has left). A request whose bound alone is over the limit can never
+    pass it: that says so, and invites no retry."""
     limit = charge.limit
     if limit.hard and limit.block is not None and limit.metric != REQUESTS and charge.amount > limit.block:
         what = "budget" if limit.metric == COST else f"{limit.metric}-per-{limit.period} limit"
@@ -198,7 +226,10 @@ def refusal(charge: Charge, now: dt.datetime) -> GatewayError:
         return GatewayError(
             kind, f"this request could use more than the whole {what} ({limit.scope}); lower max_tokens or shorten the input", code="request_exceeds_limit"
         )
-    retry_after = max(1, int((period_end(limit.period, now) - now).total_seconds() + 0.999))
+    if retry_after_ms is not None:
+        retry_after = max(1, -(-retry_after_ms // 1000))
+    else:
+        retry_after = max(1, int((period_end(limit.period, now) - now).total_seconds() + 0.999))
     if limit.metric == COST:
         return GatewayError(
             ErrorKind.PAYMENT_REQUIRED, f"the budget for this {limit.period} is exhausted ({limit.scope})", code="budget_exceeded", retry_after=retry_after

@@ -20,6 +20,7 @@ from portcullis.engine.governance import (
     period_range,
     reached_thresholds,
     refusal,
+    window_wait_ms,
 )
 from portcullis.engine.pricing import PriceTable
 from portcullis.engine.tokens import IMAGE_TOKENS, TIKTOKEN, UPPER_BOUND, count_input_tokens
@@ -36,9 +37,10 @@ def charge(amount: int, **kwargs) -> Charge:
 
 
 def test_period_instances_and_ranges() -> None:
-    assert [period_key(p, NOW) for p in ("minute", "day", "month")] == ["m2026-11-30T23:59", "d2026-11-30", "M2026-11"]
+    assert [period_key(p, NOW) for p in ("minute", "day", "month")] == ["w60", "d2026-11-30", "M2026-11"]  # a rate window never rolls over
     assert period_range("M2026-11") == (dt.datetime(2026, 11, 1, tzinfo=dt.UTC), dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
-    assert period_range("m2026-11-30T23:59")[1] == period_end("minute", NOW) == dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    assert period_range("d2026-11-30")[1] == period_end("day", NOW) == dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    assert period_end("minute", NOW) == NOW + dt.timedelta(seconds=60)  # when an entry made now leaves its window
     assert period_end("month", dt.datetime(2026, 12, 15, tzinfo=dt.UTC)) == dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
 
 
@@ -67,7 +69,7 @@ def test_charges_follow_the_counters() -> None:
     limits = Limits((limit("requests", "minute"), limit("tokens", "day"), limit("cost", "month")))
     amounts = {c.limit.metric: (c.amount, c.key) for c in charges(limits, Bound(1234, 5678, "x"), NOW)}
     assert amounts == {
-        "requests": (1, "team:t|requests|m2026-11-30T23:59"),
+        "requests": (1, "team:t|requests|w60"),
         "tokens": (1234, "team:t|tokens|d2026-11-30"),
         "cost": (5678, "team:t|cost|M2026-11"),
     }
@@ -76,8 +78,8 @@ def test_charges_follow_the_counters() -> None:
 def test_refusals_say_what_and_when() -> None:
     budget = refusal(charge(1), NOW)
     assert budget.kind.status == 402 and budget.code == "budget_exceeded" and budget.retry_after == 30
-    rate = refusal(Charge("k", limit("requests", "minute"), 1, NOW), NOW)
-    assert rate.kind.status == 429 and rate.retry_after == 30 and "request rate" in rate.message
+    rate = refusal(Charge("k", limit("requests", "minute"), 1, NOW), NOW, retry_after_ms=12_001)
+    assert rate.kind.status == 429 and rate.retry_after == 13 and "request rate" in rate.message  # when enough of the window has left
 
 
 def test_thresholds_reached() -> None:
@@ -110,3 +112,13 @@ def test_tools_and_system_are_counted(exact: bool) -> None:
     bare = {"messages": [{"role": "user", "content": "hi"}]}
     rich = {**bare, "system": "You are terse." * 50, "tools": [{"name": "t", "description": "d" * 400, "input_schema": {"type": "object"}}]}
     assert count_input_tokens(rich, exact)[0] > count_input_tokens(bare, exact)[0] + 50
+
+
+def test_a_window_frees_room_as_its_oldest_entries_leave() -> None:
+    rpm = Charge("k", limit("requests", "minute", block=3), 1, NOW)
+    entries = [(1_000, 1), (5_000, 1), (9_000, 1)]  # full: the oldest must leave first
+    assert window_wait_ms(entries, 3, rpm, now_ms=30_000) == 1_000 + 60_000 - 30_000
+    tpm = Charge("k", limit("tokens", "minute", block=100), 50, NOW)
+    assert window_wait_ms([(1_000, 30), (2_000, 30), (3_000, 40)], 100, tpm, now_ms=10_000) == 2_000 + 60_000 - 10_000  # 60 tokens must leave
+    soft = Charge("k", limit("requests", "minute", block=2, hard=False), 1, NOW)
+    assert window_wait_ms([(4_000, 1), (6_000, 1)], 2, soft, now_ms=7_000) == 4_000 + 60_000 - 7_000

@@ -25,15 +25,21 @@ from redis.exceptions import RedisError
 
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
-from portcullis.engine.governance import COST, REQUESTS, TOKENS, Verdict, period_range, reached_thresholds
+from portcullis.engine.governance import COST, REQUESTS, TOKENS, WINDOW, WINDOW_MS, Verdict, period_range, reached_thresholds, windowed
 
 _INSERT_RESERVATION = insert_reservation_sql("%s")
 
 log = logging.getLogger("portcullis.ledger")
 
-# KEYS: counters. ARGV per counter (4 each): amount, block (-1: none), hard (1/0), warn (-1: none).
-# Returns {"missing", i...} | {"blocked", i} | {"ok", warned i...}; indices are 1-based.
+# KEYS: counters. ARGV per counter (5 each): amount, block (-1: none), hard (1/0), warn (-1: none),
+# window (1/0); then the time in ms and the reservation id. A window counter's key holds its
+# total, ``<key>:log`` (a sorted set: reservation id by time) and ``<key>:amounts`` its entries.
+# Returns {"missing", i...} | {"blocked", i, ms until it fits (-1: not a window)} | {"ok", warned i...};
+# indices are 1-based.
 _RESERVE = """
+local n = #KEYS
+local now, id = tonumber(ARGV[5 * n + 1]), ARGV[5 * n + 2]
+local horizon = now - WINDOW_MS
 local values = {}
 local missing = {}
 for i, key in ipairs(KEYS) do
@@ -41,29 +47,84 @@ for i, key in ipairs(KEYS) do
   if value then values[i] = tonumber(value) else missing[#missing + 1] = i end
 end
 if #missing > 0 then return {'missing', unpack(missing)} end
-for i = 1, #KEYS do
-  local amount, block, hard = tonumber(ARGV[4 * i - 3]), tonumber(ARGV[4 * i - 2]), ARGV[4 * i - 1] == '1'
+for i, key in ipairs(KEYS) do
+  if ARGV[5 * i] == '1' then
+    local gone = redis.call('ZRANGEBYSCORE', key .. ':log', '-inf', horizon)
+    if #gone > 0 then
+      local freed = 0
+      for _, member in ipairs(gone) do
+        freed = freed + tonumber(redis.call('HGET', key .. ':amounts', member) or '0')
+        redis.call('HDEL', key .. ':amounts', member)
+      end
+      redis.call('ZREMRANGEBYSCORE', key .. ':log', '-inf', horizon)
+      values[i] = values[i] - freed
+      redis.call('SET', key, values[i], 'KEEPTTL')
+    end
+  end
+end
+for i, key in ipairs(KEYS) do
+  local amount, block, hard = tonumber(ARGV[5 * i - 4]), tonumber(ARGV[5 * i - 3]), ARGV[5 * i - 2] == '1'
   if block >= 0 and ((hard and values[i] + amount > block) or ((not hard) and values[i] >= block)) then
-    return {'blocked', i}
+    local wait = -1
+    if ARGV[5 * i] == '1' then
+      local needed = values[i] - block + 1
+      if hard then needed = values[i] + amount - block end
+      local freed, last = 0, horizon
+      local oldest = redis.call('ZRANGE', key .. ':log', 0, 999, 'WITHSCORES')
+      for j = 1, #oldest, 2 do
+        if freed >= needed then break end
+        freed = freed + tonumber(redis.call('HGET', key .. ':amounts', oldest[j]) or '0')
+        last = tonumber(oldest[j + 1])
+      end
+      wait = math.max(0, last + WINDOW_MS - now)
+    end
+    return {'blocked', i, wait}
   end
 end
 local warned = {'ok'}
-for i = 1, #KEYS do
-  local amount, warn = tonumber(ARGV[4 * i - 3]), tonumber(ARGV[4 * i])
-  redis.call('INCRBY', KEYS[i], amount)
+for i, key in ipairs(KEYS) do
+  local amount, warn = tonumber(ARGV[5 * i - 4]), tonumber(ARGV[5 * i - 1])
+  redis.call('INCRBY', key, amount)
+  if ARGV[5 * i] == '1' then
+    redis.call('ZADD', key .. ':log', now, id)
+    redis.call('HINCRBY', key .. ':amounts', id, amount)
+    for _, part in ipairs({key, key .. ':log', key .. ':amounts'}) do redis.call('PEXPIRE', part, KEEP_MS) end
+  end
   if warn >= 0 and values[i] + amount > warn then warned[#warned + 1] = i end
 end
 return warned
+""".replace("WINDOW_MS", str(WINDOW_MS)).replace("KEEP_MS", str(3 * WINDOW_MS))
+
+# KEYS[1]: a window's total. ARGV: how long to keep it (ms), then (id, at ms, amount) per entry.
+# Rebuilds a window from the ledger's rows unless another replica already did.
+_LOAD_WINDOW = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('DEL', KEYS[1] .. ':log', KEYS[1] .. ':amounts')
+local total = 0
+for j = 2, #ARGV, 3 do
+  redis.call('ZADD', KEYS[1] .. ':log', ARGV[j + 1], ARGV[j])
+  redis.call('HSET', KEYS[1] .. ':amounts', ARGV[j], ARGV[j + 2])
+  total = total + tonumber(ARGV[j + 2])
+end
+redis.call('SET', KEYS[1], total, 'PX', ARGV[1])
+redis.call('PEXPIRE', KEYS[1] .. ':log', ARGV[1])
+redis.call('PEXPIRE', KEYS[1] .. ':amounts', ARGV[1])
+return 1
 """
 
-# KEYS[1]: the settlement marker, then counters. ARGV: marker ttl, then one delta per counter.
-# Applies the deltas once per marker; returns each counter's new value (-1: gone) or {} on replay.
+# KEYS[1]: the settlement marker, then counters. ARGV: marker ttl, reservation id, then per
+# counter a delta and window (1/0). Applies the deltas once per marker — to a window only
+# while the reservation's entry is still in it; returns each counter's new value (-1: not
+# moved) or {} on replay.
 _SETTLE = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return {} end
+local id = ARGV[2]
 local after = {}
 for i = 2, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    after[i - 1] = redis.call('INCRBY', KEYS[i], ARGV[i])
+  local key, delta, window = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i] == '1'
+  if redis.call('EXISTS', key) == 1 and ((not window) or redis.call('ZSCORE', key .. ':log', id)) then
+    if window then redis.call('HINCRBY', key .. ':amounts', id, delta) end
+    after[i - 1] = redis.call('INCRBY', key, delta)
   else
     after[i - 1] = -1
   end
@@ -100,6 +161,7 @@ class SharedLedger:
         self._clock = clock
         self._reserve_script = redis.register_script(_RESERVE)
         self._settle_script = redis.register_script(_SETTLE)
+        self._load_window_script = redis.register_script(_LOAD_WINDOW)
         self._fired: set[tuple[str, int]] = set()
 
     def _key(self, counter: str) -> str:
@@ -111,7 +173,9 @@ class SharedLedger:
         args: list[Any] = []
         for charge in charges:
             limit = charge.limit
-            args += [charge.amount, -1 if limit.block is None else limit.block, 1 if limit.hard else 0, -1 if limit.warn is None else limit.warn]
+            block, warn = -1 if limit.block is None else limit.block, -1 if limit.warn is None else limit.warn
+            args += [charge.amount, block, 1 if limit.hard else 0, warn, 1 if windowed(limit.period) else 0]
+        args += [_ms(reservation.created_at), reservation.id]
         result: list[Any] = [b"ok"]
         try:
             for _ in range(3):
@@ -119,7 +183,7 @@ class SharedLedger:
                 if result[0] != b"missing":
                     break
                 for index in result[1:]:
-                    await self._load(charges[int(index) - 1])
+                    await self._load(charges[int(index) - 1], reservation.created_at)
             else:
                 raise RedisError("counters could not be loaded from the ledger")
         except (RedisError, StoreUnavailable) as error:
@@ -128,11 +192,12 @@ class SharedLedger:
             await self._record(reservation)  # no counters, but the spend is not lost
             return Verdict(None, (), unmetered=True)
         if result[0] == b"blocked":
-            return Verdict(charges[int(result[1]) - 1], ())
+            wait = int(result[2])
+            return Verdict(charges[int(result[1]) - 1], (), retry_after_ms=wait if wait >= 0 else None)
         try:
             await self._record(reservation)
         except StoreUnavailable:
-            await self._take_back(f"{self._prefix}reserved:{reservation.id}", {c.key: c.amount for c in charges})
+            await self._take_back(f"{self._prefix}reserved:{reservation.id}", reservation.id, {c.key: c.amount for c in charges})
             raise
         return Verdict(None, tuple(charges[int(index) - 1] for index in result[1:]))
 
@@ -145,7 +210,7 @@ class SharedLedger:
         after: list[int] | None = None
         if deltas:
             try:
-                after = await self._settle_script(keys=[marker, *(self._key(key) for key in deltas)], args=[_MARKER_SECONDS, *deltas.values()]) or None
+                after = await self._settle_script(keys=[marker, *(self._key(key) for key in deltas)], args=_settle_args(reservation_id, deltas)) or None
             except RedisError as error:
                 # The counters keep the reserved bound (safe, not exact) until their period ends
                 # or `portcullis ledger reconcile --reload-counters`.
@@ -154,12 +219,12 @@ class SharedLedger:
             row = await self._settle_row(reservation_id, final)
         except StoreUnavailable:
             if after is not None:
-                await self._take_back(marker, deltas)
+                await self._take_back(marker, reservation_id, deltas)
             raise
         if row is None or not row[1]:
             previous = row[0] if row else "unknown"
             if after is not None and previous != final.state:  # not a replay of this settlement: another one had won
-                await self._take_back(marker, deltas)
+                await self._take_back(marker, reservation_id, deltas)
             return Outcome(previous, replayed=True)
         reached = []
         for key, value in zip(deltas, after or (), strict=False):
@@ -191,10 +256,11 @@ class SharedLedger:
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
 
-    async def _take_back(self, marker: str, deltas: dict[str, int]) -> None:
+    async def _take_back(self, marker: str, reservation_id: str, deltas: dict[str, int]) -> None:
         """Apply the opposite of ``deltas`` once: a change PostgreSQL did not confirm."""
         try:
-            await self._settle_script(keys=[f"{marker}:undo", *(self._key(key) for key in deltas)], args=[_MARKER_SECONDS, *(-d for d in deltas.values())])
+            opposite = {key: -delta for key, delta in deltas.items()}
+            await self._settle_script(keys=[f"{marker}:undo", *(self._key(key) for key in deltas)], args=_settle_args(reservation_id, opposite))
             await self._redis.delete(marker)
         except RedisError:
             log.error("a settlement's Redis change could not be taken back; reload counters with `portcullis ledger reconcile --reload-counters`")
@@ -222,9 +288,11 @@ class SharedLedger:
     async def close(self) -> None:
         return None  # the connections belong to the store
 
-    async def _load(self, charge: Any) -> None:
+    async def _load(self, charge: Any, now: dt.datetime) -> None:
         """Put a counter Redis lacks back from the durable record of its period."""
         scope, metric, instance = charge.key.split("|")
+        if instance == WINDOW:
+            return await self._load_window(charge, now)
         start, end = period_range(instance)
         where, params = _scope_predicate(scope)
         try:
@@ -239,6 +307,24 @@ class SharedLedger:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
         value = {REQUESTS: requests, TOKENS: tokens, COST: cost}[metric]
         await self._redis.set(self._key(charge.key), int(value), nx=True, exat=int(charge.expires_at.timestamp()))
+
+    async def _load_window(self, charge: Any, now: dt.datetime) -> None:
+        """Rebuild a window Redis lacks from the reservations made in the 60 seconds before ``now``."""
+        scope, metric, _ = charge.key.split("|")
+        where, params = _scope_predicate(scope)
+        try:
+            async with self._pool.connection() as connection:
+                cursor = await connection.execute(
+                    f"SELECT id, created_at, tokens FROM reservations WHERE {where} AND created_at > %s",
+                    (*params, now - dt.timedelta(milliseconds=WINDOW_MS)),
+                )
+                rows = await cursor.fetchall()
+        except (psycopg.OperationalError, TimeoutError) as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+        entries: list[Any] = []
+        for reservation_id, created_at, tokens in rows:
+            entries += [reservation_id, _ms(created_at), 1 if metric == REQUESTS else tokens]
+        await self._load_window_script(keys=[self._key(charge.key)], args=[3 * WINDOW_MS, *entries])
 
     async def _record(self, reservation: Reservation) -> None:
         row = reservation.open_row()
@@ -278,6 +364,17 @@ def _scope_predicate(scope: str) -> tuple[str, tuple[str, ...]]:
         team, _, user = name.partition("/")
         return "team = %s AND user_id = %s", (team, user)
     return "key_id = %s", (name,)
+
+
+def _settle_args(reservation_id: str, deltas: dict[str, int]) -> list[Any]:
+    args: list[Any] = [_MARKER_SECONDS, reservation_id]
+    for key, delta in deltas.items():
+        args += [delta, 1 if key.endswith(f"|{WINDOW}") else 0]
+    return args
+
+
+def _ms(when: dt.datetime) -> int:
+    return int(when.timestamp() * 1000)
 
 
 def _json(value: Any) -> str | None:

@@ -7,12 +7,13 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from portcullis.adapters.store import KeyRecord, migration_files
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
-from portcullis.engine.governance import Verdict, judge, reached_thresholds
+from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, reached_thresholds, window_wait_ms, windowed
 
 _INSERT_RESERVATION = insert_reservation_sql("?")
 
@@ -97,19 +98,36 @@ class SqliteLedger:
 
     async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
         keys = [charge.key for charge in reservation.charges]
+        now_ms = _ms(reservation.created_at)
         with _transaction(self._db):
+            for charge in reservation.charges:
+                if windowed(charge.limit.period):
+                    self._slide(charge.key, now_ms)
             current = dict(self._db.execute(f"SELECT key, value FROM counters WHERE key IN ({','.join('?' * len(keys))})", keys).fetchall()) if keys else {}
             verdict = judge(reservation.charges, current)
             if verdict.blocked is not None:
+                blocked = verdict.blocked
+                if windowed(blocked.limit.period):
+                    entries = self._db.execute("SELECT at_ms, amount FROM window_entries WHERE counter = ? ORDER BY at_ms LIMIT 1000", (blocked.key,))
+                    return replace(verdict, retry_after_ms=window_wait_ms(entries, current.get(blocked.key, 0), blocked, now_ms))
                 return verdict
             for charge in reservation.charges:
                 self._db.execute(
-                    "INSERT INTO counters (key, value, expires_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET value = value + excluded.value",
+                    "INSERT INTO counters (key, value, expires_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT (key) DO UPDATE SET value = value + excluded.value, expires_at = max(expires_at, excluded.expires_at)",
                     (charge.key, charge.amount, charge.expires_at.isoformat()),
                 )
+                if windowed(charge.limit.period):
+                    self._db.execute("INSERT INTO window_entries VALUES (?, ?, ?, ?)", (charge.key, reservation.id, now_ms, charge.amount))
             self._insert(reservation)
         self._cleanup()
         return verdict
+
+    def _slide(self, key: str, now_ms: int) -> None:
+        """Drop the entries that have left a window, and their amounts from its total."""
+        gone = self._db.execute("DELETE FROM window_entries WHERE counter = ? AND at_ms <= ? RETURNING amount", (key, now_ms - WINDOW_MS)).fetchall()
+        if gone:
+            self._db.execute("UPDATE counters SET value = value - ? WHERE key = ?", (sum(amount for (amount,) in gone), key))
 
     def _insert(self, reservation: Reservation) -> None:
         *values, created_at = reservation.open_row()
@@ -128,6 +146,13 @@ class SqliteLedger:
                 (final.state, final.tokens, final.cost_micro_usd, _json(final.usage), _json(final.served), now, reservation_id),
             )
             for key, delta in settle_deltas(charges, final.amounts).items():
+                if key.endswith(f"|{WINDOW}"):
+                    # A window's total moves only while the entry is still in it.
+                    moved = self._db.execute(
+                        "UPDATE window_entries SET amount = amount + ? WHERE counter = ? AND reservation_id = ? RETURNING amount", (delta, key, reservation_id)
+                    ).fetchone()
+                    if moved is None:
+                        continue
                 after = self._db.execute("UPDATE counters SET value = value + ? WHERE key = ? RETURNING value", (delta, key)).fetchone()
                 if after is None:
                     continue  # the counter's period is long over
@@ -177,6 +202,8 @@ class SqliteLedger:
             self._since_cleanup = 0
             with _transaction(self._db):
                 self._db.execute("DELETE FROM counters WHERE expires_at < ?", (self._clock().isoformat(),))
+                # A window's counter expires minutes after its last entry: what is left of its log is long out of it.
+                self._db.execute("DELETE FROM window_entries WHERE counter NOT IN (SELECT key FROM counters)")
 
 
 @contextmanager
@@ -188,6 +215,10 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
         connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
+
+
+def _ms(when: dt.datetime) -> int:
+    return int(when.timestamp() * 1000)
 
 
 def _json(value: Any) -> str | None:
