@@ -7,7 +7,9 @@ import asyncio
 import collections
 import shutil
 import socket
+import struct
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +50,62 @@ class ThrowawayRedis:
             self.process.terminate()
             self.process.wait()
             self.process = None
+
+
+class SilentHop:
+    """A TCP hop in front of Redis (a load balancer, a NAT) that can forget every
+    connection without telling the client: the gateway's pooled sockets look healthy
+    until a command is written on one, which is then reset — the way a restarted Redis
+    behind such a hop looks to its clients."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self._upstream = upstream_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._upstreams: list[tuple[int, socket.socket]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def forget_connections(self) -> None:
+        with self._lock:
+            self._generation += 1
+            for _, upstream in self._upstreams:
+                upstream.close()
+            self._upstreams.clear()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.forget_connections()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._upstream))
+            with self._lock:
+                generation = self._generation
+                self._upstreams.append((generation, upstream))
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, from_client: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        if from_client:  # the client wrote on a forgotten connection: reset it
+            client = source
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+        # Redis went away (forgotten): say nothing to the client until it writes.
 
 
 @pytest.fixture
@@ -103,3 +161,25 @@ def test_auth_does_not_need_redis(tmp_path: Path, fresh_gateway, fakes: Fakes, s
     guesses = [post(gateway.url, "pk-not-a-real-key").status_code for _ in range(5)]
     assert guesses == [401, 401, 401, 429, 429]
     assert post(gateway.url, free_key).status_code == 429  # the same address is throttled for every key
+
+
+def test_connections_a_restart_left_dead_are_retried_once(tmp_path: Path, fresh_gateway, fakes: Fakes, services: Services, own_redis) -> None:
+    """The stale connections give no sign until used: only the retry on a connection
+    error serves the burst (a pool check at checkout cannot see them)."""
+    hop = SilentHop(own_redis.port)
+    try:
+        team = unique_team()
+        rules = {f"{team}-rate": {"subject": {"team": team}, "rate": {"rpm": 1000}}}
+        env = {"DATABASE_URL": services.database_url, "REDIS_URL": hop.url}
+        # The key stays verified in the process, so the first command after the restart is the reservation's.
+        gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, rules), env=env, store={"kind": "shared"}, auth={"key_cache_seconds": 300})
+        key = gateway.key(team, env=env)
+        assert collections.Counter(asyncio.run(burst([gateway.url], key, 50))) == {200: 50}
+        own_redis.stop()
+        own_redis.start()
+        hop.forget_connections()
+        time.sleep(2)
+        after = collections.Counter(asyncio.run(burst([gateway.url], key, 50)))
+        assert after == {200: 50}, after
+    finally:
+        hop.close()
