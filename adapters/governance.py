@@ -5,6 +5,8 @@ bound priced for the dearest target it may fail over to; that bound is reserved 
 every counter the plan charges — money and quota together, all or nothing. After the
 response, the reservation is replaced by what the provider reported. A stream that
 ended without final usage keeps the whole bound, pending reconciliation: never zero.
+The request's audit outcome says what the ledger holds for it (``charged_micro_usd``),
+sub-calls included, so the audit log and the ledger sum to the same spend.
 
 Auxiliary calls the gateway makes for a request (a classifier, a router model, a paid
 guard) use the same contract through ``reserve_subcall`` and ``settle_subcall``.
@@ -59,6 +61,8 @@ class Governance(Step):
         self._providers = providers
         self._audit = audit
         self._clock = clock
+        # A sub-call's reservation id -> its request's audit outcome, until the sub-call settles.
+        self._subcall_outcomes: dict[str, dict[str, Any]] = {}
 
     async def admit(self, exchange: Exchange) -> None:
         assert exchange.plan is not None and exchange.request is not None and exchange.bundle is not None
@@ -82,11 +86,7 @@ class Governance(Step):
         else:
             final = self._final(reservation, "pending", exchange.usage, exchange.cost_micro_usd or 0, exchange.served)
         metering.state = await self._settle(reservation, final)
-        # What the ledger now holds for the request, so the audit log and the ledger sum to
-        # the same spend: the final cost, the whole bound while pending, or — when the
-        # settlement could not be written — the bound of the still-open reservation.
-        charged = reservation.bound.cost_micro_usd if metering.state == "open" else final.cost_micro_usd
-        exchange.audit_outcome["charged_micro_usd"] = charged
+        _add_charge(exchange.audit_outcome, reservation, final, metering.state)
 
     # --- auxiliary sub-calls -------------------------------------------------------------
 
@@ -94,13 +94,22 @@ class Governance(Step):
         """Reserve an auxiliary call on the request's counters; refuses like a main call."""
         assert exchange.plan is not None
         metering = await self._reserve(exchange, name, exchange.plan.limits, bound)
+        if metering.reservation is not None:
+            if len(self._subcall_outcomes) >= _MAX_OPEN_SUBCALLS:  # sub-calls never settled: forget them, not the process's memory
+                self._subcall_outcomes.clear()
+            self._subcall_outcomes[metering.reservation.id] = exchange.audit_outcome
         return metering.reservation
 
     async def settle_subcall(self, reservation: Reservation, usage: Usage | None, cost_micro_usd: int, served: Target | None) -> str:
         """Usage known: settled. Served without usage: the bound stays pending. Not served
         (``served`` None): released."""
         state = "settled" if usage is not None else ("pending" if served is not None else "released")
-        return await self._settle(reservation, self._final(reservation, state, usage or Usage(), cost_micro_usd, served))
+        final = self._final(reservation, state, usage or Usage(), cost_micro_usd, served)
+        outcome = await self._settle(reservation, final)
+        audit_outcome = self._subcall_outcomes.pop(reservation.id, None)
+        if audit_outcome is not None:
+            _add_charge(audit_outcome, reservation, final, outcome)
+        return outcome
 
     # --- sizing --------------------------------------------------------------------------
 
@@ -174,6 +183,18 @@ class Governance(Step):
             return Final(state, bound.tokens, bound.cost_micro_usd, {c.key: c.amount for c in reservation.charges}, observed, _served(served))
         tokens = usage.input + usage.output + usage.cache_read + usage.cache_write
         return Final(state, tokens, cost, settled_amounts(reservation.charges, tokens, cost), observed, _served(served))
+
+
+_MAX_OPEN_SUBCALLS = 10_000
+
+
+def _add_charge(audit_outcome: dict[str, Any], reservation: Reservation, final: Final, state: str) -> None:
+    """Add what the ledger now holds for a reservation to its request's audit outcome, so
+    the audit log and the ledger sum to the same spend: the final cost, the whole bound
+    while pending, or — when the settlement could not be written — the bound of the
+    still-open reservation. Sub-calls settled for the request count in it too."""
+    charged = reservation.bound.cost_micro_usd if state == "open" else final.cost_micro_usd
+    audit_outcome["charged_micro_usd"] = audit_outcome.get("charged_micro_usd", 0) + charged
 
 
 def _served(target: Target | None) -> dict[str, Any] | None:

@@ -78,3 +78,20 @@ def test_audit_charges_equal_ledger_charges(kind: str, tmp_path: Path, fresh_gat
     ledger = ledger_charges(gateway, kind, services, team)
     assert {name: ledger[request_id] for name, request_id in ids.items()} == charged  # request by request
     assert sum(r["charged_micro_usd"] for r in outcomes.values()) == sum(ledger.values())  # and in total
+
+
+def test_a_requests_sub_calls_count_in_its_audit_charge(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    from tests.test_pii import SONNET_UPSTREAM, classifier_bundle
+
+    rules = {"eng-day": {"subject": {"team": "eng"}, "budget": {"limit_usd": "5", "period": "CalendarDay"}}}
+    gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "b", rules))
+    fakes.openai_main.script("pii-classifier-8b", Reply(text='{"findings": []}', input_tokens=300, output_tokens=40))
+    fakes.anthropic_us.script(SONNET_UPSTREAM, CutStream(after=4))  # the main call stays pending at its bound
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Ann Lee"}]}
+    with httpx.stream("POST", f"{gateway.url}/v1/messages", json=body, headers=headers(gateway.key("eng"))) as cut:
+        request_id = cut.headers["x-portcullis-request-id"]
+        cut.read()
+    with sqlite3.connect(gateway.directory / "state.db") as connection:
+        rows = dict(connection.execute("SELECT subcall, cost_micro_usd FROM reservations WHERE request_id = ?", (request_id,)).fetchall())
+    assert rows["pii_classifier"] == 380 and rows["main"] > 0
+    assert gateway.outcome(request_id)["charged_micro_usd"] == rows["pii_classifier"] + rows["main"]

@@ -201,6 +201,7 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
         aux = await governance.reserve_subcall(exchange, "classifier", Bound(500, 300_000, "test"))
         assert aux is not None and aux.id == "req_aux:classifier"
         assert await governance.settle_subcall(aux, Usage(input=400, output=10), 250_000, exchange.plan.targets[0]) == "settled"
+        assert exchange.audit_outcome["charged_micro_usd"] == 250_000  # the request's audit outcome carries its sub-calls' charges
         with pytest.raises(GatewayError) as refused:  # opus: 8,000 output tokens at $75/MTok = $0.60 bound
             await governance.admit(exchange)
         assert refused.value.kind is ErrorKind.PAYMENT_REQUIRED
