@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import traceback
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -28,10 +29,27 @@ def load_bundle(config: Config, providers: Collection[str], today: dt.date) -> A
 
 
 def _load_off_thread(config: Config, providers: Collection[str], today: dt.date) -> ActiveBundle:
-    """Build a bundle on a worker thread, leaving no engine of that thread behind."""
-    bundle = load_bundle(config, providers, today)
+    """Build a bundle on a worker thread, leaving no engine of that thread behind, on
+    success and on refusal alike: a refused bundle's error carries the frames of the
+    checks that failed, and with them policies whose engines belong to this thread."""
+    refusal: str | None = None
+    try:
+        bundle = load_bundle(config, providers, today)
+    except Exception as error:  # every failure is a refusal: the old bundle keeps serving
+        refusal = str(error) if isinstance(error, BundleError) else f"unexpected {type(error).__name__}: {error}"
+        _clear_frames(error)
+    if refusal is not None:
+        raise BundleError(refusal)  # a fresh error, raised outside the handler: no frame of the checks travels with it
     bundle.policy.release_thread()
     return bundle
+
+
+def _clear_frames(error: BaseException | None) -> None:
+    """Drop the locals of every frame the error (and what it was raised from) holds,
+    here on the thread that built them."""
+    while error is not None:
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
 
 
 def fingerprint(path: Path) -> tuple:
@@ -68,8 +86,8 @@ class BundleManager:
             try:
                 candidate = await asyncio.to_thread(_load_off_thread, self._config, self._providers, self._today())
             except BundleError as error:
-                self.last_error = str(error)
-                log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, error)
+                self.last_error = " ".join(part.strip() for part in str(error).splitlines() if part.strip())  # one log line per refusal
+                log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, self.last_error)
                 return False
             if candidate.digest == self.active.digest:
                 self.last_error = None
