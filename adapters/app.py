@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 import logging
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,12 +57,23 @@ class Runtime:
     integrity: PromptIntegrity
 
     async def close(self) -> None:
-        self.pii.close()
-        await self.integrity.close()
-        for provider in self.providers.values():
-            await provider.close()
-        await self.store.close()
-        self.audit.close()
+        """Release everything, in dependency order; one part failing to close does not
+        keep the others open, and the audit file is closed last (settlement and the
+        budget records it triggers need the store while it is still open)."""
+        closers: list[tuple[str, Any]] = [
+            ("the PII guard", self.pii.close),
+            ("prompt integrity", self.integrity.close),
+            *((f"provider {name}", provider.close) for name, provider in self.providers.items()),
+            ("the store", self.store.close),
+            ("the audit log", self.audit.close),
+        ]
+        for name, close in closers:
+            try:
+                result = close()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception as error:  # keep closing the rest
+                log.error("closing %s failed: %s: %s", name, type(error).__name__, error)
 
 
 async def build_runtime(config: Config) -> Runtime:
@@ -189,10 +201,27 @@ def _error_document(status: int, kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message, "code": None, "param": None}}
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal capture: after serving it re-raises a
+    captured SIGTERM with the default handler, which kills the process before the
+    runtime is closed (exit 143). ``serve`` installs handlers that only ask it to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+FINALIZE_SECONDS = 5.0  # after the drain: for cancelled requests to settle and record their outcome
+
+
 async def serve(config: Config, on_ready: Any = None) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down cleanly: stop accepting connections,
+    let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
+    what remains (each still settles and records its outcome), close providers, stores
+    and the audit log, and return (exit status 0). A second signal skips the drain."""
     runtime = await build_runtime(config)
     app = create_app(runtime)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
             proxy_headers=False,  # X-Forwarded-For is caller-supplied: auth throttling must see the real peer
@@ -203,11 +232,25 @@ async def serve(config: Config, on_ready: Any = None) -> None:
             lifespan="off",
             access_log=False,
             log_config=None,
-            timeout_graceful_shutdown=30,
+            timeout_graceful_shutdown=config.drain_seconds,
         )
     )
+
+    stopped_by: list[str] = []
+
+    def stop(signum: int) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        if server.should_exit:
+            log.warning("%s again: cancelling requests in flight now", signal.Signals(signum).name)
+            server.force_exit = True
+            return
+        log.info("%s: draining requests in flight (up to %.0f s), then shutting down", signal.Signals(signum).name, config.drain_seconds)
+        server.should_exit = True
+
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(runtime.bundles.reload("SIGHUP")))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
     watcher = asyncio.ensure_future(runtime.bundles.watch())
     log.info(
         "serving on http://%s:%d with bundle revision %r (%s), store %s",
@@ -217,12 +260,19 @@ async def serve(config: Config, on_ready: Any = None) -> None:
         runtime.bundles.active.digest[:12],
         config.store.kind,
     )
-    if on_ready is not None:
-        await on_ready(runtime)
     try:
+        if on_ready is not None:
+            await on_ready(runtime)
         await server.serve()
     finally:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+        unfinished = {task for task in server.server_state.tasks if not task.done()}
+        if unfinished:  # cancelled at the end of the drain: let them settle and audit before the store closes
+            await asyncio.wait(unfinished, timeout=FINALIZE_SECONDS)
+        runtime.audit.append("gateway_stopped", signal=stopped_by[0] if stopped_by else None, cancelled_requests=len(unfinished))
         await runtime.close()
+        log.info("shut down cleanly")
