@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import signal
 from collections.abc import Iterator
@@ -214,6 +215,32 @@ class _Server(uvicorn.Server):
 FINALIZE_SECONDS = 5.0  # after the drain: for cancelled requests to settle and record their outcome
 
 
+def _cancellable(app: Starlette) -> Any:
+    """The app, ending a request the server cancels (the shutdown drain ran out) with a
+    log line instead of handing uvicorn a CancelledError to print as a traceback. Only
+    the server cancels a request; a client that leaves is seen as a disconnect."""
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            log.warning("%s %s cancelled: the shutdown drain ran out", scope.get("method", "-"), scope.get("path", "-"))
+            if not started:  # still waiting for an answer: tell the client to retry elsewhere
+                body = json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request")).encode()
+                await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+            # a stream already under way is left incomplete: the server closes its connection
+
+    return asgi
+
+
 async def serve(config: Config, on_ready: Any = None) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly: stop accepting connections,
     let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
@@ -223,7 +250,7 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     app = create_app(runtime)
     server = _Server(
         uvicorn.Config(
-            app,
+            _cancellable(app),
             proxy_headers=False,  # X-Forwarded-For is caller-supplied: auth throttling must see the real peer
             host=config.host,
             port=config.port,
