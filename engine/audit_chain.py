@@ -50,6 +50,7 @@ class Verification:
     head: ChainHead
     bad_line: int | None = None
     problem: str | None = None
+    repairs: tuple[int, ...] = ()  # seq of each audit_repaired record: where a torn write was cut
 
     @property
     def ok(self) -> bool:
@@ -60,6 +61,7 @@ def verify(lines: Iterable[bytes]) -> Verification:
     """Walk the chain; stop at the first record that does not fit it."""
     head = ChainHead(0, GENESIS)
     count = 0
+    repairs: list[int] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             return Verification(count, head, number, "empty line inside the log")
@@ -82,7 +84,9 @@ def verify(lines: Iterable[bytes]) -> Verification:
             return Verification(count, head, number, f"record seq {record['seq']} is not terminated: a torn write (the gateway cuts it at start-up)")
         head = ChainHead(record["seq"], record["hash"])
         count += 1
-    return Verification(count, head)
+        if record.get("event") == "audit_repaired":
+            repairs.append(head.seq)
+    return Verification(count, head, repairs=tuple(repairs))
 
 
 @dataclass(frozen=True)

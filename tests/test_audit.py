@@ -157,6 +157,7 @@ def test_a_torn_tail_is_cut_and_recorded_at_start_up(fresh_gateway, fakes: Fakes
     assert [r["event"] for r in records[last_seq + 1 :]][:2] == ["request_started", "request_finished"]
     result = verify(gateway.audit_path)
     assert result.returncode == 0, result.stdout
+    assert f"torn writes cut at start-up and recorded: 1 (audit_repaired at seq {last_seq + 1})" in result.stdout
     assert "torn write" in gateway.logs() and "Traceback" not in gateway.logs()
 
 
