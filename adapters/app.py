@@ -58,9 +58,8 @@ class Runtime:
     integrity: PromptIntegrity
 
     async def close(self) -> None:
-        """Release everything, in dependency order; one part failing to close does not
-        keep the others open, and the audit file is closed last (settlement and the
-        budget records it triggers need the store while it is still open)."""
+        """Release everything; one part failing to close does not keep the others open.
+        The audit log closes last, so what closing the others records still reaches it."""
         closers: list[tuple[str, Any]] = [
             ("the PII guard", self.pii.close),
             ("prompt integrity", self.integrity.close),
@@ -298,7 +297,10 @@ async def serve(config: Config, on_ready: Any = None) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         unfinished = {task for task in server.server_state.tasks if not task.done()}
-        if unfinished:  # cancelled at the end of the drain: let them settle and audit before the store closes
+        for task in unfinished:
+            if not task.cancelling():  # a second signal ended the drain without cancelling them; a second cancel would cut their finalisation
+                task.cancel()
+        if unfinished:  # let them settle and record their outcome before the store closes
             await asyncio.wait(unfinished, timeout=FINALIZE_SECONDS)
         runtime.audit.append("gateway_stopped", signal=stopped_by[0] if stopped_by else None, cancelled_requests=len(unfinished))
         await runtime.close()

@@ -125,6 +125,25 @@ def test_a_stream_longer_than_the_drain_is_cancelled_and_still_recorded(fresh_ga
     assert "Traceback" not in gateway.logs()
 
 
+def test_a_second_signal_skips_the_drain_and_still_records_the_outcome(fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(listen={"drain_seconds": 30})
+    fakes.anthropic_eu.script("claude-haiku-4-5-20251001", Reply(text=SLOW, event_delay=1.0))
+    worker, result = stream_in_background(gateway, "anthropic")
+    assert wait_for(lambda: "request_id" in result)
+    signalled = time.monotonic()
+    gateway.signal(signal.SIGTERM)
+    assert wait_for(lambda: "Waiting for connections to close" in gateway.logs(), 3)
+    gateway.signal(signal.SIGTERM)
+    assert gateway.process is not None
+    assert gateway.process.wait(timeout=15) == 0, gateway.logs()
+    worker.join(timeout=5)
+    assert time.monotonic() - signalled < 8  # not the 30 s drain
+    outcome = [r for r in gateway.audit_records() if r.get("request_id") == result["request_id"] and r["event"] != "request_started"]
+    assert [r["event"] for r in outcome] == ["request_cancelled"]
+    assert reservation_state(gateway, result["request_id"]) in {"pending", "settled"}
+    assert "SIGTERM again" in gateway.logs() and "Traceback" not in gateway.logs() and not wal_left(gateway)
+
+
 def test_an_answer_still_awaited_after_the_drain_gets_a_retryable_503(fresh_gateway, fakes: Fakes) -> None:
     gateway = fresh_gateway(listen={"drain_seconds": 1})
     fakes.anthropic_eu.script("claude-haiku-4-5-20251001", Reply(delay=2.5))
