@@ -102,10 +102,13 @@ class AuditLog:
             raise AuditUnavailable(self._failing or "the audit log is not writable")
 
     def close(self) -> None:
-        """Write what is held if the disk allows, then release the file."""
+        """Write what is held if the disk allows, then release the file (once)."""
+        if self._fd < 0:
+            return
         if not self._flush() and (self._held or self._dropped):
             log.error("audit log %s closed with %d records unwritten (%s)", self.path, len(self._held) + self._dropped, self._failing)
         os.close(self._fd)
+        self._fd = -1
 
     # --- writing ---------------------------------------------------------------------
 
@@ -164,7 +167,11 @@ class AuditLog:
         digest = hashlib.sha256(tail.torn).hexdigest()
         side = self.path.with_name(f"{self.path.name}.torn-{tail.head.seq}-{digest[:12]}")
         try:
-            side.write_bytes(tail.torn)
+            descriptor = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            try:
+                _write_all(descriptor, tail.torn)
+            finally:
+                os.close(descriptor)
             kept: str | None = side.name
         except OSError as error:
             log.error("audit log %s: the torn bytes could not be kept in %s (%s); their digest is recorded", self.path, side.name, error.strerror)
