@@ -19,6 +19,7 @@ from pathlib import Path
 from portcullis.adapters.config import Config
 from portcullis.engine.activation import ActiveBundle, activate
 from portcullis.engine.bundle import BundleError, parse_bundle, read_bundle_files
+from portcullis.engine.rego import PolicyError
 
 log = logging.getLogger("portcullis.bundles")
 
@@ -86,17 +87,23 @@ class BundleManager:
             try:
                 candidate = await asyncio.to_thread(_load_off_thread, self._config, self._providers, self._today())
             except BundleError as error:
-                self.last_error = " ".join(part.strip() for part in str(error).splitlines() if part.strip())  # one log line per refusal
-                log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, self.last_error)
-                return False
+                return self._refuse(trigger, str(error))
             if candidate.digest == self.active.digest:
                 self.last_error = None
                 return True
-            candidate.warm()  # this thread's evaluator, built before the swap, not on a request
+            try:
+                candidate.warm()  # this thread's evaluator, built before the swap, not on a request
+            except PolicyError as error:
+                return self._refuse(trigger, f"policy error: {error}")
             previous, self.active = self.active, candidate
             self.last_error = None
             log.info("bundle reload (%s): revision %r -> %r (%s)", trigger, previous.revision, candidate.revision, candidate.digest[:12])
             return True
+
+    def _refuse(self, trigger: str, reason: str) -> bool:
+        self.last_error = " ".join(part.strip() for part in reason.splitlines() if part.strip())  # one log line per refusal
+        log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, self.last_error)
+        return False
 
     async def watch(self) -> None:
         """Poll the bundle path and reload when its files change."""
