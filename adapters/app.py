@@ -212,14 +212,27 @@ class _Server(uvicorn.Server):
 
 
 FINALIZE_SECONDS = 5.0  # after the drain: for cancelled requests to settle and record their outcome
+AUDIT_RETRY_SECONDS = 1.0  # while the audit disk refuses writes: how often held records are tried again
 
 
-def _cancellable(app: Starlette) -> Any:
+async def _retry_audit(audit: AuditLog) -> None:
+    """Held audit records reach the disk soon after it recovers, with or without traffic."""
+    while True:
+        await asyncio.sleep(AUDIT_RETRY_SECONDS)
+        if not audit.available:
+            audit.retry()
+
+
+class _Cancellable:
     """The app, ending a request the server cancels (the shutdown drain ran out) with a
     log line instead of handing uvicorn a CancelledError to print as a traceback. Only
     the server cancels a request; a client that leaves is seen as a disconnect."""
 
-    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+    def __init__(self, app: Starlette) -> None:
+        self._app = app
+        self.cut = 0  # requests ended this way
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         started = False
 
         async def tracked(message: Any) -> None:
@@ -228,16 +241,15 @@ def _cancellable(app: Starlette) -> Any:
             await send(message)
 
         try:
-            await app(scope, receive, tracked)
+            await self._app(scope, receive, tracked)
         except asyncio.CancelledError:
+            self.cut += 1
             log.warning("%s %s cancelled: the shutdown drain ran out", scope.get("method", "-"), scope.get("path", "-"))
             if not started:  # still waiting for an answer: tell the client to retry elsewhere
                 body = json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request")).encode()
                 await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
                 await send({"type": "http.response.body", "body": body, "more_body": False})
             # a stream already under way is left incomplete: the server closes its connection
-
-    return asgi
 
 
 async def serve(config: Config, on_ready: Any = None) -> None:
@@ -246,10 +258,10 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     what remains (each still settles and records its outcome), close providers, stores
     and the audit log, and return (exit status 0). A second signal skips the drain."""
     runtime = await build_runtime(config)
-    app = create_app(runtime)
+    app = _Cancellable(create_app(runtime))
     server = _Server(
         uvicorn.Config(
-            _cancellable(app),
+            app,
             proxy_headers=False,  # X-Forwarded-For is caller-supplied: auth throttling must see the real peer
             host=config.host,
             port=config.port,
@@ -278,6 +290,7 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
     watcher = asyncio.ensure_future(runtime.bundles.watch())
+    audit_retrier = asyncio.ensure_future(_retry_audit(runtime.audit))
     log.info(
         "serving on http://%s:%d with bundle revision %r (%s), store %s",
         config.host,
@@ -293,15 +306,16 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for background in (watcher, audit_retrier):
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
         unfinished = {task for task in server.server_state.tasks if not task.done()}
         for task in unfinished:
             if not task.cancelling():  # a second signal ended the drain without cancelling them; a second cancel would cut their finalisation
                 task.cancel()
         if unfinished:  # let them settle and record their outcome before the store closes
             await asyncio.wait(unfinished, timeout=FINALIZE_SECONDS)
-        runtime.audit.append("gateway_stopped", signal=stopped_by[0] if stopped_by else None, cancelled_requests=len(unfinished))
+        runtime.audit.append("gateway_stopped", signal=stopped_by[0] if stopped_by else None, cancelled_requests=app.cut)
         await runtime.close()
         log.info("shut down cleanly")

@@ -13,8 +13,8 @@ once, and the chain head does not move. Then:
   ``AuditUnavailable``: the caller refuses the request, so nothing unaudited reaches a
   provider;
 - ``append`` (outcomes, refusals, budget thresholds) never raises: the record is held in
-  memory, in order, and written before the next record once the disk takes writes
-  again, sealed then, so the chain stays valid. At most ``MAX_HELD`` records are held;
+  memory, in order, and written before the next record (or by the periodic ``retry``)
+  once the disk takes writes again, sealed then, so the chain stays valid. At most ``MAX_HELD`` records are held;
   beyond that they are counted and an ``audit_records_dropped`` record says how many.
   Held records are lost if the process dies before the disk recovers; the spend
   ledger, not this log, is the source of truth for money.
@@ -100,6 +100,11 @@ class AuditLog:
             raise AuditUnavailable(self._failing or "the audit log is not writable")
         if not self._write(self._record(event, fields)):
             raise AuditUnavailable(self._failing or "the audit log is not writable")
+
+    def retry(self) -> bool:
+        """Try the held records again (a periodic task calls this, so they land, and the
+        log counts as available again, even when no request comes); True if none is left."""
+        return self._flush()
 
     def close(self) -> None:
         """Write what is held if the disk allows, then release the file (once)."""

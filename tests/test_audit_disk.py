@@ -142,7 +142,8 @@ def test_full_audit_disk_refuses_releases_and_recovers(small_disk: Path, tmp_pat
 def test_outcome_of_a_stream_in_flight_is_held_then_written(small_disk: Path, tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     """The disk fills while a stream is being relayed: the client still gets its whole
     answer, the money is settled in the ledger, and the outcome record waits in memory
-    (never as a partial line) until the disk takes writes again."""
+    (never as a partial line) until the disk takes writes again, then lands without
+    waiting for another request."""
     team = f"t{uuid.uuid4().hex[:10]}"
     audit_path = small_disk / "audit.jsonl"
     gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, budget_cap(team, "1.00", "CalendarMonth")), audit={"path": str(audit_path)})
@@ -173,8 +174,11 @@ def test_outcome_of_a_stream_in_flight_is_held_then_written(small_disk: Path, tm
     assert any(r["event"] == "request_started" and r["request_id"] == request_id for r in on_disk)
     assert not any(r["event"] == "request_finished" and r["request_id"] == request_id for r in on_disk)
 
-    filler.unlink()
-    claude.messages.create(model=METERED, max_tokens=1000, messages=HI)
+    filler.unlink()  # no request follows: the gateway's own retry writes the held records
+    deadline = time.monotonic() + 5
+    while not any(r["event"] == "request_finished" and r["request_id"] == request_id for r in records(audit_path)):
+        assert time.monotonic() < deadline, "the held outcome was not written after the disk recovered"
+        time.sleep(0.1)
     written = records(audit_path)
     finished = [r for r in written if r["event"] == "request_finished" and r["request_id"] == request_id]
     assert len(finished) == 1 and finished[0]["settlement"] == "settled" and finished[0]["outcome"] == "ok"
