@@ -220,3 +220,38 @@ def test_a_short_write_is_cut_back_and_the_record_held(small_disk: Path) -> None
     audit.close()
     assert [r["event"] for r in records(path)] == ["first", "padded", "may_wait", "after_recovery"]
     assert verify(path).returncode == 0
+
+
+def test_a_file_size_limit_fails_closed_instead_of_killing_the_gateway(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    """RLIMIT_FSIZE, the other kernel limit on writes: past it a write is cut short and
+    then fails (EFBIG) — by default SIGXFSZ kills the writer. The gateway ignores that
+    signal, so it refuses like on a full disk and recovers when the limit is raised."""
+    import resource
+
+    from portcullis.engine.audit_chain import GENESIS, seal
+
+    directory = tmp_path / "limited"
+    directory.mkdir()
+    audit_path = directory / "audit.jsonl"
+    lines, prev = [], GENESIS
+    for seq in range(1, 8001):  # a log bigger than every other file the gateway writes, so only it reaches the limit
+        line, prev = seal({"event": "earlier", "n": seq, "pad": "p" * 600}, seq, prev)
+        lines.append(line)
+    audit_path.write_bytes(b"".join(lines))
+    gateway = fresh_gateway(audit={"path": str(audit_path)})
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0)
+    claude.messages.create(model="haiku", max_tokens=8, messages=HI)
+    assert gateway.process is not None
+    size = audit_path.stat().st_size
+    resource.prlimit(gateway.process.pid, resource.RLIMIT_FSIZE, (size + 200, resource.RLIM_INFINITY))  # room for a fragment, not a record
+    dispatched = len(fakes.anthropic_eu.received)
+    with pytest.raises(anthropic.InternalServerError) as refused:
+        claude.messages.create(model="haiku", max_tokens=8, messages=HI)
+    assert refused.value.status_code == 503 and gateway.process.poll() is None  # refused, and alive
+    assert len(fakes.anthropic_eu.received) == dispatched
+    assert audit_path.stat().st_size == size and audit_path.read_bytes().endswith(b"\n")  # the short write was cut back
+
+    resource.prlimit(gateway.process.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert claude.messages.create(model="haiku", max_tokens=8, messages=HI).content
+    assert "cannot be written (EFBIG" in gateway.logs() and "Traceback" not in gateway.logs()
+    assert verify(audit_path).returncode == 0
