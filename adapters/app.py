@@ -285,9 +285,6 @@ async def serve(config: Config, on_ready: Any = None) -> None:
         log.info("%s: draining requests in flight (up to %.0f s), then shutting down", signal.Signals(signum).name, config.drain_seconds)
         server.should_exit = True
 
-    # Over a file size limit (RLIMIT_FSIZE) the kernel would kill the process; ignored, the
-    # write fails with EFBIG instead and the audit log fails closed like on a full disk.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(runtime.bundles.reload("SIGHUP")))
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -224,8 +224,8 @@ def test_a_short_write_is_cut_back_and_the_record_held(small_disk: Path) -> None
 
 def test_a_file_size_limit_fails_closed_instead_of_killing_the_gateway(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     """RLIMIT_FSIZE, the other kernel limit on writes: past it a write is cut short and
-    then fails (EFBIG) — by default SIGXFSZ kills the writer. The gateway ignores that
-    signal, so it refuses like on a full disk and recovers when the limit is raised."""
+    then fails with EFBIG (Python ignores SIGXFSZ, which would otherwise kill the writer).
+    The gateway refuses like on a full disk, stays up, and recovers when the limit is raised."""
     import resource
 
     from portcullis.engine.audit_chain import GENESIS, seal
