@@ -9,7 +9,6 @@ import datetime as dt
 import json
 import logging
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ from portcullis.adapters.gateway import Gateway, client_address, new_request_id
 from portcullis.adapters.governance import Governance
 from portcullis.adapters.integrity.guard import PromptIntegrity
 from portcullis.adapters.integrity.webhook import Webhook
+from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
 from portcullis.adapters.pii.classifier import ClassifierDetector
 from portcullis.adapters.pii.detectors import Detector
 from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
@@ -201,65 +201,14 @@ def _error_document(status: int, kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message, "code": None, "param": None}}
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server without its own signal capture: after serving it re-raises a
-    captured SIGTERM with the default handler, which kills the process before the
-    runtime is closed (exit 143). ``serve`` installs handlers that only ask it to stop."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-FINALIZE_SECONDS = 5.0  # after the drain: for cancelled requests to settle and record their outcome
-AUDIT_RETRY_SECONDS = 1.0  # while the audit disk refuses writes: how often held records are tried again
-
-
-async def _retry_audit(audit: AuditLog) -> None:
-    """Held audit records reach the disk soon after it recovers, with or without traffic."""
-    while True:
-        await asyncio.sleep(AUDIT_RETRY_SECONDS)
-        if not audit.available:
-            audit.retry()
-
-
-class _Cancellable:
-    """The app, ending a request the server cancels (the shutdown drain ran out) with a
-    log line instead of handing uvicorn a CancelledError to print as a traceback. Only
-    the server cancels a request; a client that leaves is seen as a disconnect."""
-
-    def __init__(self, app: Starlette) -> None:
-        self._app = app
-        self.cut = 0  # requests ended this way
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        started = False
-
-        async def tracked(message: Any) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self._app(scope, receive, tracked)
-        except asyncio.CancelledError:
-            self.cut += 1
-            log.warning("%s %s cancelled: the shutdown drain ran out", scope.get("method", "-"), scope.get("path", "-"))
-            if not started:  # still waiting for an answer: tell the client to retry elsewhere
-                body = json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request")).encode()
-                await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
-                await send({"type": "http.response.body", "body": body, "more_body": False})
-            # a stream already under way is left incomplete: the server closes its connection
-
-
 async def serve(config: Config, on_ready: Any = None) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly: stop accepting connections,
     let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
     what remains (each still settles and records its outcome), close providers, stores
     and the audit log, and return (exit status 0). A second signal skips the drain."""
     runtime = await build_runtime(config)
-    app = _Cancellable(create_app(runtime))
-    server = _Server(
+    app = CancelledByShutdown(create_app(runtime), json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request")).encode())
+    server = SignalFreeServer(
         uvicorn.Config(
             app,
             proxy_headers=False,  # X-Forwarded-For is caller-supplied: auth throttling must see the real peer
@@ -290,7 +239,7 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
     watcher = asyncio.ensure_future(runtime.bundles.watch())
-    audit_retrier = asyncio.ensure_future(_retry_audit(runtime.audit))
+    audit_retrier = asyncio.ensure_future(retry_audit(runtime.audit))
     log.info(
         "serving on http://%s:%d with bundle revision %r (%s), store %s",
         config.host,
