@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import signal
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from portcullis.adapters.gateway import Gateway, client_address, new_request_id
 from portcullis.adapters.governance import Governance
 from portcullis.adapters.integrity.guard import PromptIntegrity
 from portcullis.adapters.integrity.webhook import Webhook
+from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
 from portcullis.adapters.pii.classifier import ClassifierDetector
 from portcullis.adapters.pii.detectors import Detector
 from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
@@ -56,12 +58,22 @@ class Runtime:
     integrity: PromptIntegrity
 
     async def close(self) -> None:
-        self.pii.close()
-        await self.integrity.close()
-        for provider in self.providers.values():
-            await provider.close()
-        await self.store.close()
-        self.audit.close()
+        """Release everything; one part failing to close does not keep the others open.
+        The audit log closes last, so what closing the others records still reaches it."""
+        closers: list[tuple[str, Any]] = [
+            ("the PII guard", self.pii.close),
+            ("prompt integrity", self.integrity.close),
+            *((f"provider {name}", provider.close) for name, provider in self.providers.items()),
+            ("the store", self.store.close),
+            ("the audit log", self.audit.close),
+        ]
+        for name, close in closers:
+            try:
+                result = close()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception as error:  # keep closing the rest
+                log.error("closing %s failed: %s: %s", name, type(error).__name__, error)
 
 
 async def build_runtime(config: Config) -> Runtime:
@@ -190,9 +202,13 @@ def _error_document(status: int, kind: str, message: str) -> dict[str, Any]:
 
 
 async def serve(config: Config, on_ready: Any = None) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down cleanly: stop accepting connections,
+    let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
+    what remains (each still settles and records its outcome), close providers, stores
+    and the audit log, and return (exit status 0). A second signal skips the drain."""
     runtime = await build_runtime(config)
-    app = create_app(runtime)
-    server = uvicorn.Server(
+    app = CancelledByShutdown(create_app(runtime), json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request")).encode())
+    server = SignalFreeServer(
         uvicorn.Config(
             app,
             proxy_headers=False,  # X-Forwarded-For is caller-supplied: auth throttling must see the real peer
@@ -203,12 +219,27 @@ async def serve(config: Config, on_ready: Any = None) -> None:
             lifespan="off",
             access_log=False,
             log_config=None,
-            timeout_graceful_shutdown=30,
+            timeout_graceful_shutdown=config.drain_seconds,
         )
     )
+
+    stopped_by: list[str] = []
+
+    def stop(signum: int) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        if server.should_exit:
+            log.warning("%s again: cancelling requests in flight now", signal.Signals(signum).name)
+            server.force_exit = True
+            return
+        log.info("%s: draining requests in flight (up to %.0f s), then shutting down", signal.Signals(signum).name, config.drain_seconds)
+        server.should_exit = True
+
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(runtime.bundles.reload("SIGHUP")))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
     watcher = asyncio.ensure_future(runtime.bundles.watch())
+    audit_retrier = asyncio.ensure_future(retry_audit(runtime.audit))
     log.info(
         "serving on http://%s:%d with bundle revision %r (%s), store %s",
         config.host,
@@ -217,12 +248,23 @@ async def serve(config: Config, on_ready: Any = None) -> None:
         runtime.bundles.active.digest[:12],
         config.store.kind,
     )
-    if on_ready is not None:
-        await on_ready(runtime)
     try:
+        if on_ready is not None:
+            await on_ready(runtime)
         await server.serve()
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+        for background in (watcher, audit_retrier):
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
+        unfinished = {task for task in server.server_state.tasks if not task.done()}
+        for task in unfinished:
+            if not task.cancelling():  # a second signal ended the drain without cancelling them; a second cancel would cut their finalisation
+                task.cancel()
+        if unfinished:  # let them settle and record their outcome before the store closes
+            await asyncio.wait(unfinished, timeout=FINALIZE_SECONDS)
+        runtime.audit.append("gateway_stopped", signal=stopped_by[0] if stopped_by else None, cancelled_requests=app.cut)
         await runtime.close()
+        log.info("shut down cleanly")

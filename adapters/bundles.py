@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import traceback
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 from portcullis.adapters.config import Config
 from portcullis.engine.activation import ActiveBundle, activate
 from portcullis.engine.bundle import BundleError, parse_bundle, read_bundle_files
+from portcullis.engine.rego import PolicyError
 
 log = logging.getLogger("portcullis.bundles")
 
@@ -28,10 +30,27 @@ def load_bundle(config: Config, providers: Collection[str], today: dt.date) -> A
 
 
 def _load_off_thread(config: Config, providers: Collection[str], today: dt.date) -> ActiveBundle:
-    """Build a bundle on a worker thread, leaving no engine of that thread behind."""
-    bundle = load_bundle(config, providers, today)
+    """Build a bundle on a worker thread, leaving no engine of that thread behind, on
+    success and on refusal alike: a refused bundle's error carries the frames of the
+    checks that failed, and with them policies whose engines belong to this thread."""
+    refusal: str | None = None
+    try:
+        bundle = load_bundle(config, providers, today)
+    except Exception as error:  # every failure is a refusal: the old bundle keeps serving
+        refusal = str(error) if isinstance(error, BundleError) else f"unexpected {type(error).__name__}: {error}"
+        _clear_frames(error)
+    if refusal is not None:
+        raise BundleError(refusal)  # a fresh error, raised outside the handler: no frame of the checks travels with it
     bundle.policy.release_thread()
     return bundle
+
+
+def _clear_frames(error: BaseException | None) -> None:
+    """Drop the locals of every frame the error (and what it was raised from) holds,
+    here on the thread that built them."""
+    while error is not None:
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
 
 
 def fingerprint(path: Path) -> tuple:
@@ -68,17 +87,23 @@ class BundleManager:
             try:
                 candidate = await asyncio.to_thread(_load_off_thread, self._config, self._providers, self._today())
             except BundleError as error:
-                self.last_error = str(error)
-                log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, error)
-                return False
+                return self._refuse(trigger, str(error))
             if candidate.digest == self.active.digest:
                 self.last_error = None
                 return True
-            candidate.warm()  # this thread's evaluator, built before the swap, not on a request
+            try:
+                candidate.warm()  # this thread's evaluator, built before the swap, not on a request
+            except PolicyError as error:
+                return self._refuse(trigger, f"policy error: {error}")
             previous, self.active = self.active, candidate
             self.last_error = None
             log.info("bundle reload (%s): revision %r -> %r (%s)", trigger, previous.revision, candidate.revision, candidate.digest[:12])
             return True
+
+    def _refuse(self, trigger: str, reason: str) -> bool:
+        self.last_error = " ".join(part.strip() for part in reason.splitlines() if part.strip())  # one log line per refusal
+        log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, self.last_error)
+        return False
 
     async def watch(self) -> None:
         """Poll the bundle path and reload when its files change."""

@@ -374,6 +374,8 @@ def _audit_verify(args: argparse.Namespace) -> int:
         print(f"the first {result.records} records are intact (last good seq {result.head.seq})")
         return 1
     print(f"{args.path}: {result.records} records, chain intact (head seq {result.head.seq}, hash {result.head.hash[:16]}…)")
+    if result.repairs:
+        print(f"torn writes cut at start-up and recorded: {len(result.repairs)} (audit_repaired at seq {', '.join(map(str, result.repairs))})")
     return 0
 
 

@@ -155,6 +155,7 @@ class Config:
     key_cache_seconds: float
     max_auth_failures: int
     auth_failure_window: int
+    drain_seconds: float = 25.0  # on SIGTERM/SIGINT: how long in-flight requests may take to finish
     pii: PiiConfig = field(default_factory=lambda: PiiConfig())
     integrity: IntegrityConfig = field(default_factory=lambda: IntegrityConfig())
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
@@ -232,6 +233,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         source=source,
         host=listen.get("host", "127.0.0.1"),
         port=listen.get("port", 8080),
+        drain_seconds=listen.get("drain_seconds", 25.0),
         bundle_path=resolve(policy["bundle"]),
         public_keys=keys,
         watch_interval=policy.get("watch_interval_seconds", 2),

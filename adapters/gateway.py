@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from portcullis.adapters.audit_log import AuditLog
+from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
 from portcullis.adapters.auth import Authenticator, Principal
 from portcullis.adapters.bundles import BundleManager
 from portcullis.adapters.protocols import ParsedRequest, error_message
@@ -166,7 +166,10 @@ class Gateway:
             error = GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error")
             self._record_refusal(exchange, stage, error)
             return self._error(exchange, error)
-        self._audit.append("request_started", **self._started_record(exchange))
+        try:
+            self._audit.append_or_raise("request_started", **self._started_record(exchange))
+        except AuditUnavailable:  # fail closed: nothing unaudited goes upstream
+            return await self._refuse_unaudited(exchange)
         try:
             return await self._dispatch(exchange)
         except Exception:  # a gateway bug: the started record still gets its outcome
@@ -372,6 +375,17 @@ class Gateway:
         held pending when a provider may have done the work), record it, refuse it."""
         await self._settle(exchange)
         self._audit.append("request_failed", **self._outcome_record(exchange, "failed"), error={"kind": error.kind.name.lower(), "code": error.code})
+        return self._error(exchange, error)
+
+    async def _refuse_unaudited(self, exchange: Exchange) -> Response:
+        """The audit log could not take the request's first record. Nothing was sent, so
+        settling (no attempt, nothing served) releases the reservation; the refusal is
+        held for the log like any record written while it is unavailable."""
+        await self._settle(exchange)
+        error = GatewayError(
+            ErrorKind.UNAVAILABLE, "the gateway cannot write its audit log right now; try again shortly", code="audit_unavailable", retry_after=5
+        )
+        self._record_refusal(exchange, "audit", error)
         return self._error(exchange, error)
 
     def _record_refusal(self, exchange: Exchange, stage: str, error: GatewayError) -> None:

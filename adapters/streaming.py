@@ -30,12 +30,14 @@ class RelayedStream:
         gone = asyncio.ensure_future(_disconnected(receive))
         try:
             await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when this task itself is cancelled (a shutdown's drain ran out): the pump
+            # must stop iterating the body before the body can be closed.
             if not pump.done():
                 pump.cancel()
             gone.cancel()
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await pump
-        finally:
             await self._body.aclose()
 
     async def _pump(self, send: Send) -> None:

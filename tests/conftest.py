@@ -295,7 +295,7 @@ class Gateway:
     def start(self, env: dict[str, str] | None = None) -> Gateway:
         self.port = self.port or free_port()
         config = yaml.safe_load(self.config_path.read_text())
-        config["listen"] = {"host": "127.0.0.1", "port": self.port}
+        config["listen"] = {**config.get("listen", {}), "host": "127.0.0.1", "port": self.port}  # keeps other listen settings
         self.config_path.write_text(yaml.safe_dump(config))
         log = self.log_path.open("ab")
         environment = {**os.environ, "FAKE_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "INFO", **(env or {})}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -115,7 +116,8 @@ def test_chain_continues_across_restarts(fresh_gateway, fakes: Fakes) -> None:
         model="haiku", max_tokens=8, messages=[{"role": "user", "content": "x"}]
     )
     records = gateway.audit_records()
-    assert [r["seq"] for r in records] == list(range(1, len(records) + 1)) and len(records) == 4
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1)) and len(records) == 5
+    assert records[2]["event"] == "gateway_stopped" and records[2]["signal"] == "SIGTERM"  # a clean stop is on the record
     assert verify(gateway.audit_path).returncode == 0
 
 
@@ -126,3 +128,46 @@ def test_a_damaged_log_stops_start_up(fresh_gateway, fakes: Fakes) -> None:
         handle.write('{"seq": 1, "hash": "forged"}\n')
     with pytest.raises(RuntimeError, match="altered record"):
         gateway.start()
+
+
+def test_a_torn_tail_is_cut_and_recorded_at_start_up(fresh_gateway, fakes: Fakes) -> None:
+    """A write torn by a crash or a full disk (bytes after the last newline) no longer
+    stops the gateway or breaks `audit verify`: start-up cuts it, keeps the bytes in a
+    side file and links an `audit_repaired` record carrying their length and digest."""
+    gateway = fresh_gateway()
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0)
+    claude.messages.create(model="haiku", max_tokens=8, messages=[{"role": "user", "content": "x"}])
+    gateway.stop()
+    intact = gateway.audit_path.read_bytes()
+    last_seq = json.loads(intact.splitlines()[-1])["seq"]
+    torn = b'{"event":"request_started","principal":{"team":"eng"'
+    with gateway.audit_path.open("ab") as handle:
+        handle.write(torn)
+    assert verify(gateway.audit_path).returncode == 1  # the tear is visible until the gateway repairs it
+
+    gateway.start()
+    claude.messages.create(model="haiku", max_tokens=8, messages=[{"role": "user", "content": "x"}])
+    gateway.settled()
+    records = gateway.audit_records()
+    repaired = records[last_seq]
+    assert repaired["event"] == "audit_repaired" and repaired["seq"] == last_seq + 1 and repaired["after_seq"] == last_seq
+    assert repaired["cut_bytes"] == len(torn) and repaired["cut_sha256"] == hashlib.sha256(torn).hexdigest()
+    assert (gateway.audit_path.parent / repaired["quarantined_to"]).read_bytes() == torn
+    assert gateway.audit_path.read_bytes().startswith(intact) and torn not in gateway.audit_path.read_bytes()
+    assert [r["event"] for r in records[last_seq + 1 :]][:2] == ["request_started", "request_finished"]
+    result = verify(gateway.audit_path)
+    assert result.returncode == 0, result.stdout
+    assert f"torn writes cut at start-up and recorded: 1 (audit_repaired at seq {last_seq + 1})" in result.stdout
+    assert "torn write" in gateway.logs() and "Traceback" not in gateway.logs()
+
+
+def test_a_log_that_is_all_torn_write_restarts_the_chain_from_genesis(fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway()
+    gateway.stop()
+    gateway.audit_path.write_bytes(b'{"event":"request_st')  # the very first record was torn
+    gateway.start()
+    gateway.stop()
+    records = gateway.audit_records()
+    assert [(r["seq"], r["event"]) for r in records] == [(1, "audit_repaired"), (2, "gateway_stopped")]
+    assert records[0]["after_seq"] == 0 and records[0]["cut_bytes"] == 20
+    assert verify(gateway.audit_path).returncode == 0

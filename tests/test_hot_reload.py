@@ -182,3 +182,37 @@ def test_in_flight_request_finishes_on_the_bundle_it_started_with(tmp_path: Path
     assert result["text"] == "a slow answer in many pieces"  # ...the one in flight finished on the old one
     assert gateway.outcome(result["request_id"])["event"] == "request_finished"
     assert gateway.records_for(result["request_id"])[0]["bundle"]["revision"] == "before"
+
+
+def test_refused_reloads_log_one_line_each_and_no_traceback(tmp_path: Path, fresh_gateway) -> None:
+    """Each way a bundle can be refused after its checks built policies on the loader's
+    thread (failing own tests, a syntax error, an unpriced route, a decision that is not
+    a plan, a model listing that fails to evaluate): one ERROR line each, no traceback, no engine dropped off its own thread, and
+    the old bundle keeps serving."""
+    bundle = write_bundle(tmp_path / "bundle", revision="r1")
+    gateway = fresh_gateway(bundle=bundle, policy={"watch_interval_seconds": 0})
+    unpriced = deep_copy(CATALOG)
+    unpriced["prices"] = [p for p in unpriced["prices"] if p["model"] != "claude-opus-4-1-20250805"]
+
+    def not_a_plan() -> None:
+        write_bundle(bundle, revision="not-a-plan")
+        (bundle / "portcullis" / "decision.rego").write_text('package portcullis\n\ndecision := "not a plan"\n')
+
+    refusals = [
+        lambda: write_bundle(bundle, revision="own-tests", extra={"portcullis/own_test.rego": "package portcullis\n\ntest_always_fails if false\n"}),
+        lambda: write_bundle(bundle, revision="syntax", extra={"portcullis/broken.rego": "package portcullis\n\nbroken := {"}),
+        lambda: write_bundle(bundle, revision="unpriced", catalog=unpriced),
+        not_a_plan,
+        lambda: write_bundle(bundle, revision="models-fail", extra={"portcullis/models.rego": "package portcullis\n\nvisible_models := x if { x := 1 / 0 }\n"}),
+    ]
+    for number, refuse in enumerate(refusals, start=1):
+        refuse()
+        gateway.signal(signal.SIGHUP)
+        assert wait_for(lambda n=number: gateway.logs().count("refused, still serving revision 'r1'") >= n), gateway.logs()
+    time.sleep(0.5)  # an engine dropped on the wrong thread reports just after the refusal line
+    logs = gateway.logs()
+    assert "Traceback" not in logs and "unsendable" not in logs, logs
+    refusal_lines = [line for line in logs.splitlines() if "refused, still serving" in line]
+    assert len(refusal_lines) == len(refusals) and all(" ERROR portcullis.bundles: " in line for line in refusal_lines), logs
+    assert all(line.startswith("20") for line in logs.splitlines()), logs  # every line is a log record: nothing spills onto lines of its own
+    assert revision(gateway) == "r1" and status_of(gateway, "haiku") == 200

@@ -1,0 +1,67 @@
+"""What the served process needs to stop cleanly and to keep its audit log moving:
+a uvicorn server that leaves signals to ``serve``, an app wrapper for requests the
+shutdown drain cuts, and the periodic retry of held audit records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from portcullis.adapters.audit_log import AuditLog
+
+log = logging.getLogger("portcullis")
+
+FINALIZE_SECONDS = 5.0  # after the drain: for cancelled requests to settle and record their outcome
+AUDIT_RETRY_SECONDS = 1.0  # while the audit disk refuses writes: how often held records are tried again
+
+
+class SignalFreeServer(uvicorn.Server):
+    """uvicorn's server without its own signal capture: after serving it re-raises a
+    captured SIGTERM with the default handler, which kills the process before the
+    runtime is closed (exit 143). ``serve`` installs handlers that only ask it to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class CancelledByShutdown:
+    """An ASGI app that ends a request the server cancels (the shutdown drain ran out)
+    with a log line instead of handing uvicorn a CancelledError to print as a traceback.
+    Only the server cancels a request; a client that leaves is seen as a disconnect."""
+
+    def __init__(self, app: Any, refusal: bytes) -> None:
+        self._app = app
+        self._refusal = refusal  # the JSON error for a request still waiting for its answer
+        self.cut = 0  # requests ended this way
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            self.cut += 1
+            log.warning("%s %s cancelled: the shutdown drain ran out", scope.get("method", "-"), scope.get("path", "-"))
+            if not started:  # tell the client to retry elsewhere
+                await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
+                await send({"type": "http.response.body", "body": self._refusal, "more_body": False})
+            # a stream already under way is left incomplete: the server closes its connection
+
+
+async def retry_audit(audit: AuditLog) -> None:
+    """Held audit records reach the disk soon after it recovers, with or without traffic."""
+    while True:
+        await asyncio.sleep(AUDIT_RETRY_SECONDS)
+        if not audit.available:
+            audit.retry()
