@@ -21,6 +21,9 @@ from typing import Any
 
 import re2
 
+from portcullis.engine import textfold
+from portcullis.engine.pii import context
+
 # The entity types this module finds, most specific first: when two findings
 # overlap, the earlier type wins (a key inside a PEM block is the block; a card
 # number is not also a phone number).
@@ -64,9 +67,10 @@ _CARD_GROUPS = {(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 4, 1
 
 
 def _card(text: str) -> bool:
-    groups = tuple(len(group) for group in re.split(r"[ -]", text))
-    digits = "".join(re.split(r"[ -]", text))
-    if len(groups) > 1 and groups not in _CARD_GROUPS:
+    parts = re.split(r"[ .-]", text)
+    groups = tuple(len(group) for group in parts)
+    digits = "".join(parts)
+    if len(groups) > 1 and (groups not in _CARD_GROUPS or len(set(re.findall(r"[ .-]", text))) > 1):
         return False
     return 13 <= len(digits) <= 19 and bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits)
 
@@ -93,23 +97,41 @@ def iban_valid(compact: str) -> bool:
 _RRN_WEIGHTS = (2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5)
 
 
-def kr_rrn_valid(text: str) -> bool:
+def kr_rrn_valid(text: str, sexes: str = "1234") -> bool:
     """Birth date, sex/century digit 1–4 and the check digit. Numbers issued since
-    October 2020 no longer carry a check digit; they are not found by this rule."""
+    October 2020 no longer carry a check digit; only a label finds those
+    (``kr_rrn_labelled``)."""
     digits = text.replace("-", "")
-    century = {"1": 1900, "2": 1900, "3": 2000, "4": 2000}.get(digits[6])
-    if century is None:
-        return False
-    try:
-        dt.date(century + int(digits[0:2]), int(digits[2:4]), int(digits[4:6]))
-    except ValueError:
+    if _kr_rrn_birth(digits, sexes) is None:
         return False
     total = sum(int(d) * w for d, w in zip(digits[:12], _RRN_WEIGHTS, strict=True))
     return (11 - total % 11) % 10 == int(digits[12])
 
 
+_CENTURY = {"1": 1900, "2": 1900, "3": 2000, "4": 2000, "5": 1900, "6": 1900, "7": 2000, "8": 2000}
+_RANDOM_SERIALS_SINCE = dt.date(2020, 10, 1)
+
+
+def _kr_rrn_birth(digits: str, sexes: str) -> dt.date | None:
+    if digits[6] not in sexes:
+        return None
+    try:
+        return dt.date(_CENTURY[digits[6]] + int(digits[0:2]), int(digits[2:4]), int(digits[4:6]))
+    except ValueError:
+        return None
+
+
+def kr_rrn_labelled(text: str) -> bool:
+    """A number its label calls an RRN: a citizen's (sex/century digit 1–4) or a
+    registered foreigner's (5–8), with a real birth date and its check digit, or
+    without one when born since October 2020, when serials became random."""
+    digits = text.replace("-", "")
+    birth = _kr_rrn_birth(digits, "12345678")
+    return birth is not None and (birth >= _RANDOM_SERIALS_SINCE or kr_rrn_valid(digits, "12345678"))
+
+
 def jp_my_number_valid(text: str) -> bool:
-    digits = re.sub(r"[ -]", "", text)
+    digits = re.sub(r"[ .-]", "", text)
     body = [int(d) for d in digits[:11]]
     total = sum(p * (n + 1 if n <= 6 else n - 5) for n, p in enumerate(reversed(body), start=1))
     remainder = total % 11
@@ -117,7 +139,8 @@ def jp_my_number_valid(text: str) -> bool:
 
 
 def _ssn(text: str) -> bool:
-    area, group, serial = text.split("-")
+    digits = re.sub(r"[ .-]", "", text)
+    area, group, serial = digits[:3], digits[3:5], digits[5:]
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
 
 
@@ -210,11 +233,15 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
         r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+(?:[A-Za-z]{2,24}|xn--[a-z0-9-]{1,59})(?![A-Za-z0-9-])",
         None,
     ),
-    "IBAN": (rf"(?<![{_A}])[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]{{4}}){{2,7}}(?: ?[A-Z0-9]{{1,3}})?(?![{_A}])", lambda t: iban_valid(t.replace(" ", ""))),
-    "CREDIT_CARD": (_D + r"\d(?:[ -]?\d){12,18}" + _E, _card),
+    # grouped by fours with one separator throughout, or not grouped
+    "IBAN": (
+        rf"(?<![{_A}])[A-Z]{{2}}\d{{2}}([ .-]?)[A-Z0-9]{{4}}(?:\1[A-Z0-9]{{4}}){{1,6}}(?:\1[A-Z0-9]{{1,3}})?(?![{_A}])",
+        lambda t: iban_valid(_compact(t)),
+    ),
+    "CREDIT_CARD": (_D + r"\d(?:[ .-]?\d){12,18}" + _E, _card),
     "KR_RRN": (_D + r"\d{2}[01]\d[0-3]\d-?[1-4]\d{6}" + _E, kr_rrn_valid),
     # not twelve digits out of a longer grouped number, at either end
-    "JP_MY_NUMBER": (_G + r"\d{4}([ -]?)\d{4}\1\d{4}(?!\1\d)" + _E, jp_my_number_valid),
+    "JP_MY_NUMBER": (_G + r"\d{4}([ .-]?)\d{4}\1\d{4}(?!\1\d)" + _E, jp_my_number_valid),
     "US_SSN": (_D + r"\d{3}-\d{2}-\d{4}" + _E, _ssn),
     "IP_ADDRESS": (
         rf"(?<![{_A}.])(?:\d{{1,3}}\.){{3}}\d{{1,3}}(?![{_A}]|\.\d)"
@@ -244,16 +271,31 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
         _phone,
     ),
 }
-_SHRINKABLE = frozenset({"CREDIT_CARD"})
+_SHRINKABLE = frozenset({"CREDIT_CARD", "IBAN"})
+
+# Forms found only where a label names them (``context``): nine bare or space-grouped
+# digits called an SSN, an RRN without its check digit, an IBAN in lower case or
+# grouped as a bank prints it ("DE89 37040044 0532013000").
+_LABELLED: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "US_SSN": (_D + r"\d{3}([ .]?)\d{2}\1\d{4}" + _E, _ssn),
+    "KR_RRN": (_D + r"\d{2}[01]\d[0-3]\d-?[1-8]\d{6}" + _E, kr_rrn_labelled),
+    "IBAN": (rf"(?<![{_A}])(?i:[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]){{11,30}})(?![{_A}])", lambda t: iban_valid(_compact(t).upper())),
+}
+
+
+def _compact(text: str) -> str:
+    return text.replace(" ", "").replace(".", "").replace("-", "")
 
 
 def _group_ends(value: str) -> list[int]:
     """Where a grouped number could end short of the whole match, longest first."""
-    return [i for i in range(len(value) - 1, 0, -1) if value[i] in " -"]
+    return [i for i in range(len(value) - 1, 0, -1) if value[i] in " .-"]
 
 
 _VALUE_GROUPS = ("token", "value", "secret")  # where a match names the sensitive part, only that part counts
 _COMPILED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _PRECISE.items()}
+_COMPILED_LABELLED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _LABELLED.items()}
+_LABEL = "LABEL"  # a trigger that is a label: what follows it is read for the labelled forms
 
 # Triggers, in RE2 syntax (no lookarounds): each group names the entity types whose
 # precise patterns run in a window around it, and how far the window reaches.
@@ -265,50 +307,65 @@ _TRIGGERS: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
     # the name and its separator only: the value may itself start another trigger (a PEM block)
     (r"(?i:secret|token|passw|api.?key|private.?key)[A-Za-z0-9_]*[\"']?\s*[:=]", ("SECRET",), 8, 140),
     (r"://[^/\s:@]{1,64}:[^/\s@]{1,128}@", ("SECRET",), 0, 0),
-    (r"[A-Z]{2}\d{2} ?[A-Z0-9]{4}", ("IBAN",), 1, 45),
+    (r"[A-Z]{2}\d{2}[ .-]?[A-Z0-9]{4}", ("IBAN",), 1, 45),
     (r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:", ("IP_ADDRESS",), 5, 45),
+    (context.TRIGGER, (_LABEL,), 0, 80),
 )
+_NUMBER_TRIGGER = 0  # the digit clusters, where labelled numbers are looked for too
 _TRIGGER = re2.compile("|".join(f"({pattern})" for pattern, *_ in _TRIGGERS))
 # "version 1.2.3.4", '__version__ = "4.2.0.1"', "버전 2.7.0.3": a dotted quad the same line
 # calls a version is not a host.
 _VERSION_BEFORE = re.compile(r"(?:\bv|\bver\.?) ?$|(?:version|versión|release|버전|バージョン)[^\n\d.]{0,16}$", re.IGNORECASE)
 
 
-# Full-width digits and punctuation (０９０－１２３４－５６７８) read as their ASCII forms;
-# one character for one, so positions stay those of the original text.
-_HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
-_FULL_WIDTH = re2.compile("[\uff01-\uff5e]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def find(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
+def find(text: str, entities: Iterable[str] | None = None, member: str | None = None) -> list[Finding]:
     """Every structured identifier in ``text`` (limited to ``entities`` when given),
     in order, without overlaps."""
-    return resolve_overlaps(find_all(text, entities))
+    return resolve_overlaps(find_all(text, entities, member))
 
 
-def find_all(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
+def find_all(text: str, entities: Iterable[str] | None = None, member: str | None = None) -> list[Finding]:
     """Every candidate that passed its validator, overlaps included: a caller that knows
-    what each type costs (a policy) decides which of two overlapping ones wins."""
+    what each type costs (a policy) decides which of two overlapping ones wins.
+    ``member`` is the name of the JSON member ``text`` is the value of, a label.
+
+    The text is read folded (``engine.textfold``: Unicode spaces, dashes, full-width
+    forms, e-mail percent-escapes); findings are spans of the original text."""
     if len(text) < 3 or text.isalpha():  # keys, roles, names: no digit, "@" or ":" to find
         return []
-    if not text.isascii():
-        text = _LONE_SURROGATE.sub("\ufffd", text)  # RE2 reads UTF-8, which a lone surrogate is not; one for one
-        if _FULL_WIDTH.search(text):
-            text = text.translate(_HALF_WIDTH)
+    folded = textfold.fold_mapped(text) if not text.isascii() or "%" in text else None
+    read = folded.text if folded is not None else text
     wanted = set(ENTITY_ORDER if entities is None else entities)
+    labels = context.Labels(read, context.member_entities(member))
+    labelled = [entity for entity in _LABELLED if entity in wanted]
     found: set[Finding] = set()
-    for trigger in _TRIGGER.finditer(text):
-        _, kinds, before, after = _TRIGGERS[trigger.lastindex - 1]
-        window = (max(0, trigger.start() - before), min(len(text), trigger.end() + after))
+    for trigger in _TRIGGER.finditer(read):
+        index = trigger.lastindex - 1
+        _, kinds, before, after = _TRIGGERS[index]
+        window = (max(0, trigger.start() - before), min(len(read), trigger.end() + after))
+        if kinds == (_LABEL,):
+            entity = labels.add(*trigger.span()) if labelled else None
+            if entity in labelled:
+                found.update(_precise(entity, read, window, (trigger.end(), window[1]), labels))
+            continue
         for entity in kinds:
             if entity in wanted:
-                found.update(_precise(entity, text, window, trigger.span()))
+                found.update(_precise(entity, read, window, trigger.span()))
+        if index == _NUMBER_TRIGGER:
+            for entity in labelled:
+                if labels.any(entity):
+                    found.update(_precise(entity, read, window, trigger.span(), labels))
+    if member is not None and _VERSION_BEFORE.search(f"{member}: "):  # {"version": "4.1.2.7"}
+        found = {f for f in found if f.entity != "IP_ADDRESS" or ":" in read[f.start : f.end]}
+    if folded is not None and folded.decoded:
+        found = {Finding(f.entity, *folded.span(f.start, f.end), f.score, f.detector) for f in found}
     return sorted(found, key=lambda f: (f.start, f.end, f.entity))
 
 
-def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, int]) -> Iterator[Finding]:
-    pattern, validate = _COMPILED[entity]
+def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, int], labels: context.Labels | None = None) -> Iterator[Finding]:
+    """Matches of ``entity``'s pattern around a trigger that pass its validator; with
+    ``labels``, of its labelled form, where a label names them."""
+    pattern, validate = _COMPILED[entity] if labels is None else _COMPILED_LABELLED[entity]
     # `pos` lets lookbehinds see before the window; one character past `endpos` lets
     # lookaheads see what follows it.
     for match in pattern.finditer(text, window[0], min(len(text), window[1] + 1)):
@@ -328,6 +385,8 @@ def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, in
         if named == ["value"] and not _credential_like(value):
             continue
         if entity == "IP_ADDRESS" and ":" not in value and _VERSION_BEFORE.search(text, max(0, start - 90), start):
+            continue
+        if labels is not None and not labels.names(entity, start, end):
             continue
         yield Finding(entity, start, end)
 
