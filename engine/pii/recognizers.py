@@ -336,22 +336,25 @@ def find_all(text: str, entities: Iterable[str] | None = None, member: str | Non
     folded = textfold.fold_mapped(text) if not text.isascii() or "%" in text else None
     read = folded.text if folded is not None else text
     wanted = set(ENTITY_ORDER if entities is None else entities)
-    labels = context.Labels(read, context.member_entities(member))
     labelled = [entity for entity in _LABELLED if entity in wanted]
+    named = context.member_entities(member) if member and labelled else frozenset()
+    labels = context.Labels(read, named) if named else None  # made when the first label is met
     found: set[Finding] = set()
     for trigger in _TRIGGER.finditer(read):
         index = trigger.lastindex - 1
         _, kinds, before, after = _TRIGGERS[index]
         window = (max(0, trigger.start() - before), min(len(read), trigger.end() + after))
         if kinds == (_LABEL,):
-            entity = labels.add(*trigger.span()) if labelled else None
-            if entity in labelled:
-                found.update(_precise(entity, read, window, (trigger.end(), window[1]), labels))
+            if labelled:
+                labels = labels or context.Labels(read)
+                entity = labels.add(*trigger.span())
+                if entity in labelled:
+                    found.update(_precise(entity, read, window, (trigger.end(), window[1]), labels))
             continue
         for entity in kinds:
             if entity in wanted:
                 found.update(_precise(entity, read, window, trigger.span()))
-        if index == _NUMBER_TRIGGER:
+        if index == _NUMBER_TRIGGER and labels is not None:
             for entity in labelled:
                 if labels.any(entity):
                     found.update(_precise(entity, read, window, trigger.span(), labels))
