@@ -17,7 +17,7 @@ from portcullis.engine import textfold
 from portcullis.engine.integrity import scanner
 from portcullis.engine.pii.context import MemberValue, member_entities
 from portcullis.engine.pii.recognizers import ENTITY_ORDER, find, kr_rrn_labelled
-from portcullis.engine.pii.redaction import rewrite
+from portcullis.engine.pii.redaction import mask, rewrite
 
 
 def found(text: str, member: str | None = None) -> list[tuple[str, str]]:
@@ -103,6 +103,12 @@ def test_a_transform_replaces_the_original_span_and_leaves_every_other_character
     placeholders = {("EMAIL", "jane%40example.com"): "<EMAIL_1>", ("EMAIL", "ｔａｒｏ＠ｅｘａｍｐｌｅ．ｊｐ"): "<EMAIL_2>"}
     result = rewrite(text, findings, {"CREDIT_CARD": "mask", "EMAIL": "pseudonymize"}, placeholders)
     assert result == "→ 4111\u00a0****\u00a0****\u00a01111 | mailto:<EMAIL_1> | <EMAIL_2>　end\u2009."
+
+
+def test_a_masked_e_mail_keeps_its_domain_however_its_at_sign_was_written() -> None:
+    assert mask("EMAIL", "jane%40example.com") == "j***%40example.com"
+    assert mask("EMAIL", "ｔａｒｏ＠ｅｘａｍｐｌｅ．ｊｐ") == "ｔ***＠ｅｘａｍｐｌｅ．ｊｐ"
+    assert mask("EMAIL", "ana@example.es") == "a**@example.es"
 
 
 # --- labels ------------------------------------------------------------------------------------
