@@ -16,8 +16,9 @@ from portcullis.adapters.protocols.text import visit_json_text, visit_leaves
 from portcullis.engine import textfold
 from portcullis.engine.integrity import scanner
 from portcullis.engine.pii.context import MemberValue, member_entities
-from portcullis.engine.pii.recognizers import ENTITY_ORDER, find, kr_rrn_labelled
+from portcullis.engine.pii.recognizers import ENTITY_ORDER, find
 from portcullis.engine.pii.redaction import mask, rewrite
+from portcullis.engine.pii.validators import kr_rrn_labelled
 
 
 def found(text: str, member: str | None = None) -> list[tuple[str, str]]:
