@@ -42,6 +42,7 @@ _GAP_WORDS = 4
 _MAX_COLUMNS = 8  # header cells looked for per text: each one reads its block once
 _DELIMITERS = (",", "\t", ";", "|")
 _CELL_PADDING = " \"'*"
+_MAX_HEADER_CELL = 40
 
 
 class MemberValue(str):
@@ -135,23 +136,24 @@ class Labels:
 
 
 def _column_of(text: str, start: int, end: int, entity: str) -> _Column | None:
-    """The table column a label heads, when it is a whole cell of a delimited line."""
+    """The table column a label heads, when it is a short cell of a delimited line.
+    Searches with bounds rather than slices: a minified document is one long line."""
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
     line_end = len(text) if line_end < 0 else line_end
     for delimiter in _DELIMITERS:
-        if delimiter not in text[line_start:line_end]:
+        if text.find(delimiter, line_start, line_end) < 0:
             continue
         cell_start = text.rfind(delimiter, line_start, start) + 1 or line_start
         cell_end = text.find(delimiter, end, line_end)
-        cell = text[max(cell_start, line_start) : line_end if cell_end < 0 else cell_end].strip(_CELL_PADDING)
-        if len(cell) > 40:
+        cell_end = line_end if cell_end < 0 else cell_end
+        if cell_end - cell_start > _MAX_HEADER_CELL:
             continue
         rows_end = line_end
         while rows_end < len(text):  # the block goes on while its lines keep the delimiter
             next_end = text.find("\n", rows_end + 1)
             next_end = len(text) if next_end < 0 else next_end
-            if delimiter not in text[rows_end + 1 : next_end]:
+            if text.find(delimiter, rows_end + 1, next_end) < 0:
                 break
             rows_end = next_end
         return _Column(entity, delimiter, text.count(delimiter, line_start, start), (line_end, rows_end))
