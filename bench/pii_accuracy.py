@@ -31,6 +31,7 @@ from pathlib import Path
 
 from portcullis.adapters.protocols.text import visit_json_text
 from portcullis.engine.pii import recognizers
+from portcullis.engine.pii.context import MemberValue
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "pii_corpus.jsonl"
 HOLDOUT = CORPUS.with_name("pii_corpus_holdout.jsonl")
@@ -96,7 +97,7 @@ def patterns(lines: list[dict]) -> list[list[tuple[str, str]]]:
     found = []
     for line in lines:
         texts = gateway_texts(line)
-        found.append([(f.entity, t[f.start : f.end]) for t in texts for f in recognizers.find(t, member=getattr(t, "member", None))])
+        found.append([(f.entity, t[f.start : f.end]) for t in texts for f in recognizers.find(t, member=t.member if isinstance(t, MemberValue) else None)])
     return found
 
 
