@@ -16,7 +16,7 @@ from portcullis.adapters.protocols.text import visit_json_text, visit_leaves
 from portcullis.engine import textfold
 from portcullis.engine.integrity import scanner
 from portcullis.engine.pii.context import MemberValue, member_entities
-from portcullis.engine.pii.recognizers import ENTITY_ORDER, find
+from portcullis.engine.pii.recognizers import ENTITY_ORDER, find, find_all, with_repeats
 from portcullis.engine.pii.redaction import mask, rewrite
 from portcullis.engine.pii.validators import kr_rrn_labelled
 
@@ -147,6 +147,17 @@ def test_a_json_members_name_is_a_label_for_its_whole_value() -> None:
     assert found("412557391", member="ticket") == []
     assert found("4.1.2.7", member="version") == [] and found("10.0.0.1", member="host") == [("IP_ADDRESS", "10.0.0.1")]
     assert member_entities("iban_country") == {"IBAN"} and member_entities("missing") == frozenset()
+
+
+def test_a_labelled_value_is_found_where_the_request_repeats_it_unlabelled() -> None:
+    texts = [MemberValue("412557391", "ssn"), "customer 412557391 called; order 4125573912 and x412557391 are others", "nothing"]
+    results = with_repeats(texts, [find_all(text, member=getattr(text, "member", None)) for text in texts])
+    assert [[(f.entity, text[f.start : f.end], f.start) for f in found] for text, found in zip(texts, results, strict=True)] == [
+        [("US_SSN", "412557391", 0)],
+        [("US_SSN", "412557391", 9)],
+        [],
+    ]
+    assert with_repeats(["ticket 412557391", "412557391"], [[], []]) == [[], []]  # nothing labelled, nothing spread
 
 
 def test_an_rrn_without_a_check_digit_is_one_only_when_born_since_october_2020() -> None:

@@ -38,7 +38,7 @@ def test_openai_tool_arguments_carry_numbers_that_are_masked_pseudonymised_or_re
 
     def call_with(arguments_text: str) -> list[dict]:
         return [
-            {"role": "user", "content": "Charge the card again."},
+            {"role": "user", "content": f"Charge the card again; customer {SSN}."},
             {"role": "assistant", "content": None, "tool_calls": [function_call("c1", "charge", arguments_text)]},
             {"role": "tool", "tool_call_id": "c1", "content": "declined"},
         ]
@@ -57,6 +57,8 @@ def test_openai_tool_arguments_carry_numbers_that_are_masked_pseudonymised_or_re
         "ticket": 884213307,  # nine digits under a name that is no label
     }
     assert str(CARD) not in upstream_arguments and str(SSN) not in upstream_arguments
+    # the value the member's name calls an SSN is that SSN wherever else the request holds it
+    assert sent["messages"][0]["content"] == "Charge the card again; customer <US_SSN_1>."
 
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="gpt-4o-mini", messages=call_with(json.dumps({"holder": {"rrn": RRN}})))

@@ -38,4 +38,6 @@ class PatternDetector:
     async def detect(self, texts: Sequence[str], entities: Collection[str], exchange: Exchange) -> list[list[Finding]]:
         wanted = [entity for entity in recognizers.ENTITY_ORDER if entity in entities]
         # overlaps: the policy decides; a member's name is a label (``{"ssn": 412557391}``)
-        return [recognizers.find_all(text, wanted, text.member if isinstance(text, MemberValue) else None) if wanted else [] for text in texts]
+        results = [recognizers.find_all(text, wanted, text.member if isinstance(text, MemberValue) else None) if wanted else [] for text in texts]
+        return recognizers.with_repeats(texts, results)
+

@@ -96,8 +96,8 @@ class PiiGuard(Step):
         protocol = PROTOCOLS[request.protocol]
         seen: list[tuple[str, str]] = []
         opaque = protocol.visit_prompt(request.body, lambda surface, text: seen.append((surface, text)) or text)
-        # Each text once, in order; a value a JSON member's name labels is read with that
-        # label, wherever else the same value appears (it is the same identifier).
+        # Each text once, in order; of equal texts, the one a JSON member's name labels is
+        # read (the detectors then find what it names wherever the request repeats it).
         unique: dict[str, str] = {}
         for _, text in seen:
             if text and (text not in unique or (names_a_type(text) and not names_a_type(unique[text]))):

@@ -16,7 +16,7 @@ What regex cannot see (names, places, organisations) is the NER detector's job.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +145,7 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
     ),
 }
 _SHRINKABLE = frozenset({"CREDIT_CARD", "IBAN"})
+_GLUE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 # Forms found only where a label names them (``context``): nine bare or space-grouped
 # digits called an SSN, an RRN without its check digit, an IBAN in lower case or
@@ -162,6 +163,9 @@ def _group_ends(value: str) -> list[int]:
 
 
 _VALUE_GROUPS = ("token", "value", "secret")  # where a match names the sensitive part, only that part counts
+# Types with forms only a label finds: a value of theirs found once is looked for in the
+# rest of the request (``find_repeated``).
+LABELLED_ENTITIES = frozenset(_LABELLED)
 _COMPILED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _PRECISE.items()}
 _COMPILED_LABELLED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _LABELLED.items()}
 _LABEL = "LABEL"  # a trigger that is a label: what follows it is read for the labelled forms
@@ -261,6 +265,30 @@ def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, in
         if labels is not None and not labels.names(entity, start, end):
             continue
         yield Finding(entity, start, end)
+
+
+def find_repeated(text: str, known: Mapping[str, str]) -> list[Finding]:
+    """Where ``text`` repeats a value found elsewhere in the same request (``known``:
+    value -> entity type): nine digits a label called an SSN in a tool call are that SSN
+    in the prose around it too, unlabelled there."""
+    found = []
+    for value, entity in known.items():
+        at = text.find(value)
+        while at >= 0:
+            end = at + len(value)
+            if not (at and text[at - 1] in _GLUE) and not (end < len(text) and text[end] in _GLUE):
+                found.append(Finding(entity, at, end))
+            at = text.find(value, end)
+    return found
+
+
+def with_repeats(texts: Sequence[str], results: list[list[Finding]]) -> list[list[Finding]]:
+    """An identifier a label named anywhere in the request is the same identifier where
+    another text repeats it unlabelled."""
+    known = {text[f.start : f.end]: f.entity for text, found in zip(texts, results, strict=True) for f in found if f.entity in LABELLED_ENTITIES}
+    if not known:
+        return results
+    return [sorted({*found, *find_repeated(text, known)}, key=lambda f: (f.start, f.end)) for text, found in zip(texts, results, strict=True)]
 
 
 def resolve_overlaps(findings: Iterable[Finding], priority: Callable[[Finding], Any] | None = None) -> list[Finding]:
