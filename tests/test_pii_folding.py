@@ -92,6 +92,9 @@ def test_the_injection_scanner_reads_the_same_folding() -> None:
         ("npm i %40types%2Fnode", []),
         ("SSN 412\u201155\u20117391", [("US_SSN", "412\u201155\u20117391")]),
         ("携帯　０９０－１２３４－５６７８", [("PHONE", "０９０－１２３４－５６７８")]),
+        ("portable 06.12.34.56.78, fixe 01-45-67-89-10", [("PHONE", "06.12.34.56.78"), ("PHONE", "01-45-67-89-10")]),
+        ("연락처 010.2345.6789 / Büro 089/4567890", [("PHONE", "010.2345.6789"), ("PHONE", "089/4567890")]),
+        ("Facture du 14.03.2024, version 01.12.34.56.78, lot 06.12.34.56", []),
     ],
 )
 def test_separators_and_forms_a_reader_takes_for_the_same_identifier(text: str, expected: list[tuple[str, str]]) -> None:

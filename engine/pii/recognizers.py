@@ -127,17 +127,18 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
                 # international: +CC, an optional area code in brackets, then groups
                 rf"(?<![{_A}+])\+\d{{1,3}}(?:[ .-]?\(\d{{1,4}}\))?(?:[ .-]?\d{{1,4}}){{2,5}}(?![{_A}-])",
                 # national forms: (415) 555-0132, 415-555-0132, 010-1234-5678, 0504-1234-5678,
-                # 06 12 34 56 78, 030 12345678, 612 34 56 78, 91 123 45 67
+                # 06 12 34 56 78, 030 12345678, 612 34 56 78, 91 123 45 67; dots and dashes
+                # group them too (010.1234.5678, 06.12.34.56.78, 030-12345678, 089/4567890)
                 _D + r"\(\d{3}\) ?\d{3}-\d{4}" + _E,
                 _D + r"\d{3}[-.]\d{3}[-.]\d{4}" + _E,
-                _D + r"0\d{1,3}-\d{3,4}-\d{4}" + _E,
+                _D + r"0\d{1,3}([.-])\d{3,4}\1\d{4}" + _E,
                 _D + r"1-\d{3}-\d{3}-\d{4}" + _E,
                 # space-grouped forms, unless they are the tail of a longer grouped number
-                _G + r"0\d(?: \d{2}){4}" + _E,
+                _G + r"0\d([ .-])\d{2}(?:\2\d{2}){3}" + _E,
                 _G + r"\d{3} \d{3} \d{4}" + _E,
                 _G + r"0\d{2,4} \d{3,4} \d{4}" + _E,
-                _G + r"0\d{2,4} \d{6,8}" + _E,
-                _G + r"[6-9]\d{2}(?: \d{2}){3}" + _E,
+                _G + r"0\d{2,4}[ /-]\d{6,8}" + _E,
+                _G + r"[6-9]\d{2}([ .])\d{2}(?:\3\d{2}){2}" + _E,
                 _G + r"9\d \d{3}(?: \d{2}){2}" + _E,
             )
         ),
@@ -173,7 +174,7 @@ _LABEL = "LABEL"  # a trigger that is a label: what follows it is read for the l
 # Triggers, in RE2 syntax (no lookarounds): each group names the entity types whose
 # precise patterns run in a window around it, and how far the window reaches.
 _TRIGGERS: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
-    (r"[+(]?\d[\d ().-]{5,}\d", ("CREDIT_CARD", "KR_RRN", "JP_MY_NUMBER", "US_SSN", "IP_ADDRESS", "PHONE"), 1, 1),
+    (r"[+(]?\d[\d ()./-]{5,}\d", ("CREDIT_CARD", "KR_RRN", "JP_MY_NUMBER", "US_SSN", "IP_ADDRESS", "PHONE"), 1, 1),
     (r"@", ("EMAIL",), 70, 270),
     (r"-----BEGIN", ("SECRET",), 0, 8300),
     (r"AKIA|ASIA|AGPA|AIDA|AROA|gh[pousr]_|github_pat_|sk-|xox[abposr]-|AIza|eyJ|[Bb]earer ", ("SECRET",), 8, 400),
@@ -187,7 +188,7 @@ _TRIGGERS: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
 _NUMBER_TRIGGER = 0  # the digit clusters, where labelled numbers are looked for too
 _TRIGGER = re2.compile("|".join(f"({pattern})" for pattern, *_ in _TRIGGERS))
 # "version 1.2.3.4", '__version__ = "4.2.0.1"', "버전 2.7.0.3": a dotted quad the same line
-# calls a version is not a host.
+# calls a version is not a host, nor dotted groups a phone.
 _VERSION_BEFORE = re.compile(r"(?:\bv|\bver\.?) ?$|(?:version|versión|release|버전|バージョン)[^\n\d.]{0,16}$", re.IGNORECASE)
 
 
@@ -260,7 +261,8 @@ def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, in
             value = text[start:end]
         if named == ["value"] and not credential_like(value):
             continue
-        if entity == "IP_ADDRESS" and ":" not in value and _VERSION_BEFORE.search(text, max(0, start - 90), start):
+        dotted = (entity == "IP_ADDRESS" and ":" not in value) or (entity == "PHONE" and "." in value)
+        if dotted and _VERSION_BEFORE.search(text, max(0, start - 90), start):
             continue
         if labels is not None and not labels.names(entity, start, end):
             continue
