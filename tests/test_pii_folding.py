@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench.pii_accuracy import FOLDING, load, patterns, score
-from portcullis.adapters.protocols.text import visit_json_text, visit_leaves
+from portcullis.adapters.protocols.text import read_strings, visit_json_text, visit_leaves
 from portcullis.engine import textfold
 from portcullis.engine.integrity import scanner
 from portcullis.engine.pii.context import MemberValue, member_entities
@@ -186,6 +186,12 @@ def test_numbers_are_visited_as_their_decimal_text_and_a_replaced_one_becomes_a_
     assert type(document["n"]) is int and type(document["nested"][0]["ssn"]) is str  # never the wrapper
     assert ("4111111111111111", "card") in seen and ("3", "n") in seen and ("2.5", "price") in seen and ("412557391", "ssn") in seen
     assert all(text not in ("True", "true") for text, _ in seen)  # booleans are not numbers
+
+
+def test_numbers_where_no_filter_can_change_them_are_still_read() -> None:
+    seen: list[str] = []
+    read_strings({"seed": 4111111111111111, "flags": [True, 2.5], "name": "x"}, lambda _, text: seen.append(text) or text)
+    assert seen == ["seed", "4111111111111111", "flags", "2.5", "name", "x"]
 
 
 def test_json_text_keeps_every_number_as_written_unless_one_is_replaced() -> None:

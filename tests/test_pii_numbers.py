@@ -126,6 +126,17 @@ def test_anthropic_tool_inputs_carry_numbers_that_are_masked_refused_and_restore
     assert len(fakes.anthropic_us.received) == 2
 
 
+def test_a_number_where_no_filter_can_change_it_is_unsupported_content(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=pii_bundle(tmp_path / "b", {"numbers": NUMBERS}))
+    client = claude(gateway, gateway.key("eng"))
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(
+            model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": "hi"}], extra_body={"x_billing": {"card": CARD}}
+        )
+    assert refused.value.body["error"]["message"].endswith("fields the filter cannot change") and str(CARD) not in refused.value.body["error"]["message"]
+    assert fakes.anthropic_us.received == []
+
+
 def test_folded_text_is_transformed_in_its_original_characters_only(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     """A card grouped with no-break spaces, a percent-encoded and a full-width e-mail:
     each finding is replaced in the original characters; every other byte of the

@@ -53,9 +53,12 @@ def visit_leaves(value: Any, surface: str, visit: TextVisitor, member: str | Non
 
 
 def read_strings(value: Any, visit: TextVisitor, surface: str = OTHER) -> None:
-    """Every string in a JSON value, keys included, read and never changed."""
+    """Every string in a JSON value, keys included, and every number as its decimal
+    text, read and never changed."""
     if isinstance(value, str):
         visit(surface, value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        visit(surface, repr(value))
     elif isinstance(value, dict):
         for key, item in value.items():
             visit(surface, key)
