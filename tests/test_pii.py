@@ -592,7 +592,7 @@ def test_tool_arguments_are_parsed_as_strictly_as_the_body(tmp_path: Path, fresh
 def test_an_identifier_of_two_types_gets_the_stricter_action(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
     """4001011100033 is a valid Korean RRN and passes Luhn with a card prefix: the card
     would only be masked, the RRN is blocked, so it is blocked."""
-    from portcullis.engine.pii.recognizers import kr_rrn_valid, luhn_valid
+    from portcullis.engine.pii.validators import kr_rrn_valid, luhn_valid
 
     assert kr_rrn_valid("4001011100033") and luhn_valid("4001011100033")
     gateway = fresh_gateway(bundle=pii_bundle(tmp_path / "b"))

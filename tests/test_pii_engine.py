@@ -7,9 +7,10 @@ import json
 import pytest
 
 from bench.pii_accuracy import HOLDOUT, load, patterns, score
-from portcullis.engine.pii.recognizers import ENTITY_ORDER, find, iban_valid, jp_my_number_valid, kr_rrn_valid, luhn_valid
+from portcullis.engine.pii.recognizers import ENTITY_ORDER, find
 from portcullis.engine.pii.redaction import PLACEHOLDER, mask, pseudonym, rewrite, token
 from portcullis.engine.pii.restore import held_from, placeholders_in, restore
+from portcullis.engine.pii.validators import iban_valid, jp_my_number_valid, kr_rrn_valid, luhn_valid
 
 
 def found(text: str) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from portcullis.engine.pii import recognizers
+from portcullis.engine.pii.context import MemberValue
 from portcullis.engine.pii.recognizers import Finding
 
 if TYPE_CHECKING:
@@ -36,4 +37,7 @@ class PatternDetector:
 
     async def detect(self, texts: Sequence[str], entities: Collection[str], exchange: Exchange) -> list[list[Finding]]:
         wanted = [entity for entity in recognizers.ENTITY_ORDER if entity in entities]
-        return [recognizers.find_all(text, wanted) if wanted else [] for text in texts]  # overlaps: the policy decides
+        # overlaps: the policy decides; a member's name is a label (``{"ssn": 412557391}``)
+        results = [recognizers.find_all(text, wanted, text.member if isinstance(text, MemberValue) else None) if wanted else [] for text in texts]
+        return recognizers.with_repeats(texts, results)
+

@@ -31,6 +31,7 @@ from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.pii.context import names_a_type
 from portcullis.engine.pii.policy import OTHER, PiiPolicy, field_of, review
 from portcullis.engine.pii.recognizers import ALL_ENTITIES, Finding, resolve_overlaps
 from portcullis.engine.pii.redaction import REVERSIBLE, STRICTNESS, rewrite
@@ -95,7 +96,13 @@ class PiiGuard(Step):
         protocol = PROTOCOLS[request.protocol]
         seen: list[tuple[str, str]] = []
         opaque = protocol.visit_prompt(request.body, lambda surface, text: seen.append((surface, text)) or text)
-        texts = list(dict.fromkeys(text for _, text in seen if text))
+        # Each text once, in order; of equal texts, the one a JSON member's name labels is
+        # read (the detectors then find what it names wherever the request repeats it).
+        unique: dict[str, str] = {}
+        for _, text in seen:
+            if text and (text not in unique or (names_a_type(text) and not names_a_type(unique[text]))):
+                unique[text] = text
+        texts = list(unique.values())
         # The costly layers read prose, not the structure around it (keys, enums, ids).
         prose = {text for surface, text in seen if surface != OTHER or " " in text}
         record: dict[str, Any] = {"policies": list(policy.policies)}

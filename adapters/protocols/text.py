@@ -19,31 +19,46 @@ from typing import Any
 
 from portcullis.adapters.protocols import _decoder, _DuplicateMember, invalid
 from portcullis.engine.integrity.spotlight import Boundary
+from portcullis.engine.pii.context import MemberValue
 from portcullis.engine.pii.policy import OTHER
 
 TextVisitor = Callable[[str, str], str]  # (surface, text) -> text
 Handler = Callable[[Any], Any]  # a field's value -> the value to put back
 
 
-def visit_leaves(value: Any, surface: str, visit: TextVisitor) -> Any:
-    """Every string value in a JSON value; keys are read, never changed, so the
-    document keeps its shape and stays valid for whatever schema it follows."""
+def visit_leaves(value: Any, surface: str, visit: TextVisitor, member: str | None = None) -> Any:
+    """Every string and number in a JSON value; keys are read, never changed, so the
+    document keeps its shape and stays valid for whatever schema it follows. A number
+    is visited as its decimal text; one the visitor replaces becomes a JSON string
+    (``{"card": 4111111111111111}`` masked is ``{"card": "4111********1111"}``). A
+    member's value is visited as a ``MemberValue``, its name the context a detector
+    may read (``{"ssn": 412557391}``)."""
     if isinstance(value, str) and not isinstance(value, _Number):
-        return visit(surface, value)
+        if member is None:
+            return visit(surface, value)
+        result = visit(surface, MemberValue(value, member))
+        return value if result == value else result  # never the wrapper itself
+    if isinstance(value, (int, float, _Number)) and not isinstance(value, bool):
+        written = str.__str__(value) if isinstance(value, _Number) else repr(value)
+        result = visit(surface, written if member is None else MemberValue(written, member))
+        return value if result == written else result
     if isinstance(value, dict):
         for key, item in value.items():
             visit(OTHER, key)
-            value[key] = visit_leaves(item, surface, visit)
+            value[key] = visit_leaves(item, surface, visit, key)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            value[i] = visit_leaves(item, surface, visit)
+            value[i] = visit_leaves(item, surface, visit, member)  # the items of "cards": [...] are cards
     return value
 
 
 def read_strings(value: Any, visit: TextVisitor, surface: str = OTHER) -> None:
-    """Every string in a JSON value, keys included, read and never changed."""
+    """Every string in a JSON value, keys included, and every number as its decimal
+    text, read and never changed."""
     if isinstance(value, str):
         visit(surface, value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        visit(surface, repr(value))
     elif isinstance(value, dict):
         for key, item in value.items():
             visit(surface, key)

@@ -5,8 +5,9 @@ The Rego rule ``data.portcullis.injection_scan`` defines the same result and is 
 policy tests exercise; this is its fast path (regorus evaluates each rule per text,
 ~100 µs of overhead a text). Both read the same patterns over the same normalised
 text, and the gateway's tests check that they agree. Normalising closes the gap where
-the two engines differ on whitespace (RE2's ``\\s`` is ASCII-only): every Unicode
-space, vertical tab and next-line becomes " ", since a model reads them as spaces;
+the two engines differ on whitespace (RE2's ``\\s`` is ASCII-only), with the folding
+the PII recognisers use too (``engine.textfold``): every Unicode space, vertical tab
+and next-line becomes " ", since a model reads them as spaces; dashes become "-";
 full-width letters become ASCII. Invisible format characters (zero-width, tag
 characters) are kept: rules look for them. ``\\w`` and ``\\b`` stay ASCII in RE2, which
 the bundle's rules are written for.
@@ -14,20 +15,13 @@ the bundle's rules are written for.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import re2
 
+from portcullis.engine import textfold
 from portcullis.engine.integrity.injection import ScanResult
-
-_HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
-_FULL_WIDTH = re2.compile("[\uff01-\uff5e]".encode())
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# Unicode's separators (category Z) other than " ", and the vertical tab and next-line.
-_SPACES = re2.compile(rb"[\x{0B}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]")
-_SPACE_CHARS = re.compile("[\x0b\x85\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 class ScannerError(ValueError):
@@ -57,22 +51,10 @@ class Scanner:
 
 
 def normalised_utf8(text: str) -> bytes:
-    """The text as the rules read it, as UTF-8 (a lone surrogate as U+FFFD)."""
-    if text.isascii():
-        return text.encode().replace(b"\x0b", b" ")  # RE2's \s lacks the vertical tab
-    try:
-        encoded = text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: RE2 reads UTF-8, which it is not
-        text = _LONE_SURROGATE.sub("\ufffd", text)
-        encoded = text.encode()
-    if _FULL_WIDTH.search(encoded):
-        text = text.translate(_HALF_WIDTH)
-        encoded = text.encode()
-    if _SPACES.search(encoded) is None:  # found by RE2 on bytes; rare, so replaced by Python's re
-        return encoded
-    return _SPACE_CHARS.sub(" ", text).encode()
+    """The text as the rules read it, as UTF-8: the detectors' shared folding."""
+    return textfold.fold_utf8(text)
 
 
 def normalise(text: str) -> str:
     """The same, as text: what the Rego reference is given."""
-    return normalised_utf8(text).decode() if not text.isascii() or "\x0b" in text else text
+    return textfold.fold(text)

@@ -1,25 +1,43 @@
 """Structured identifiers found by pattern and confirmed by checksum or format rules.
 
-A pattern only proposes a candidate; a validator decides. Card numbers must pass
-Luhn and start like a card, IBANs must have their country's length and pass mod 97,
-Korean RRNs and Japanese My Numbers must carry a valid check digit and (RRN) a real
-birth date, SSNs must follow the SSA's allocation rules, IP addresses must parse.
-Each entity type is one compiled pattern; ``find`` runs them all and keeps, where
-findings overlap, the one that ranks first in ``ENTITY_ORDER`` (then the longest).
+A pattern only proposes a candidate; a validator (``validators``) decides. Card
+numbers must pass Luhn and start like a card, IBANs must have their country's length
+and pass mod 97, Korean RRNs and Japanese My Numbers must carry a valid check digit
+and (RRN) a real birth date, SSNs must follow the SSA's allocation rules, IP addresses
+must parse. Each entity type is one compiled pattern; forms a number alone does not
+carry (nine bare digits as an SSN) have a second one, reported only where a label
+names them (``context``). Text is read folded (``engine.textfold``) and findings are
+spans of the original. ``find`` runs them all and keeps, where findings overlap, the
+one that ranks first in ``ENTITY_ORDER`` (then the longest).
 
 What regex cannot see (names, places, organisations) is the NER detector's job.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import re2
+
+from portcullis.engine import textfold
+from portcullis.engine.pii import context
+from portcullis.engine.pii.validators import (
+    card_valid,
+    compact,
+    credential_like,
+    iban_valid,
+    ipv4_valid,
+    ipv6_valid,
+    jp_my_number_valid,
+    kr_rrn_labelled,
+    kr_rrn_valid,
+    phone_valid,
+    secret_valid,
+    ssn_valid,
+)
 
 # The entity types this module finds, most specific first: when two findings
 # overlap, the earlier type wins (a key inside a PEM block is the block; a card
@@ -37,128 +55,6 @@ class Finding:
     end: int
     score: float = 1.0
     detector: str = "patterns"
-
-
-# --- validators ----------------------------------------------------------------------
-
-
-def luhn_valid(digits: str) -> bool:
-    total = 0
-    for i, char in enumerate(reversed(digits)):
-        d = ord(char) - 48
-        if i % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-# Issuer prefixes of the major schemes (Visa, Mastercard incl. 2-series, Amex, Diners,
-# Discover, JCB, UnionPay, Maestro): a Luhn-valid number with another prefix is far
-# more often an order number than a card.
-_CARD_PREFIX = re.compile(r"4|5[1-5]|2[2-7]|3[47]|3[068]|6[0245]|35|62|67")
-
-
-# How cards are printed when grouped: 4-4-4-4(-3), Amex 4-6-5, Diners 4-6-4. A
-# Luhn-valid number grouped otherwise (a French SIRET is 3-3-3-5) is something else.
-_CARD_GROUPS = {(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3)}
-
-
-def _card(text: str) -> bool:
-    groups = tuple(len(group) for group in re.split(r"[ -]", text))
-    digits = "".join(re.split(r"[ -]", text))
-    if len(groups) > 1 and groups not in _CARD_GROUPS:
-        return False
-    return 13 <= len(digits) <= 19 and bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits)
-
-
-# ISO 13616 lengths of the registry's countries.
-_IBAN_LENGTHS = {
-    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29, "BY": 28, "CH": 21,
-    "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27,
-    "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
-    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24,
-    "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29,
-    "RO": 24, "RS": 22, "SA": 24, "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28, "TL": 23, "TN": 24,
-    "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
-}  # fmt: skip
-
-
-def iban_valid(compact: str) -> bool:
-    if _IBAN_LENGTHS.get(compact[:2]) != len(compact):
-        return False
-    rearranged = compact[4:] + compact[:4]
-    return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
-
-
-_RRN_WEIGHTS = (2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5)
-
-
-def kr_rrn_valid(text: str) -> bool:
-    """Birth date, sex/century digit 1–4 and the check digit. Numbers issued since
-    October 2020 no longer carry a check digit; they are not found by this rule."""
-    digits = text.replace("-", "")
-    century = {"1": 1900, "2": 1900, "3": 2000, "4": 2000}.get(digits[6])
-    if century is None:
-        return False
-    try:
-        dt.date(century + int(digits[0:2]), int(digits[2:4]), int(digits[4:6]))
-    except ValueError:
-        return False
-    total = sum(int(d) * w for d, w in zip(digits[:12], _RRN_WEIGHTS, strict=True))
-    return (11 - total % 11) % 10 == int(digits[12])
-
-
-def jp_my_number_valid(text: str) -> bool:
-    digits = re.sub(r"[ -]", "", text)
-    body = [int(d) for d in digits[:11]]
-    total = sum(p * (n + 1 if n <= 6 else n - 5) for n, p in enumerate(reversed(body), start=1))
-    remainder = total % 11
-    return (0 if remainder <= 1 else 11 - remainder) == int(digits[11])
-
-
-def _ssn(text: str) -> bool:
-    area, group, serial = text.split("-")
-    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
-
-
-def _ipv4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _ipv6(text: str) -> bool:
-    if text != "::1" and sum(c.isalnum() for c in text) < 2:  # "::" alone, or "a::" in C++-like text
-        return False
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _phone(text: str) -> bool:
-    digits = sum(c.isdigit() for c in text)
-    return 8 <= digits <= 15
-
-
-def _credential_like(value: str) -> bool:
-    """A value assigned to a secret-sounding name is a credential when it looks random:
-    letters and digits both, not a dotted name (``tokens=request.max_tokens``) nor a
-    call (``token=get_token()``)."""
-    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
-        return False
-    return re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z_][\w.]*\(.*", value) is None
-
-
-def _secret(text: str) -> bool:
-    if text.startswith("-----BEGIN"):
-        return True
-    # A run of one repeated character is a placeholder (AKIAXXXXXXXXXXXXXXXX), a "$VAR"
-    # or "{{ var }}" a reference, a URL an endpoint ("token_uri": "https://..."): not keys.
-    return re.search(r"(.)\1{7}", text) is None and not text.startswith(("$", "<", "{", "%")) and "://" not in text
 
 
 # --- patterns --------------------------------------------------------------------------
@@ -201,7 +97,7 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
                 r"://[^/\s:@]{1,64}:(?P<secret>[^/\s@]{1,128})@",
             )
         ),
-        _secret,
+        secret_valid,
     ),
     # A local part may hold accented Latin letters (josé.pérez@), not the Hangul or kana a
     # sentence glues on before it.
@@ -210,16 +106,20 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
         r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+(?:[A-Za-z]{2,24}|xn--[a-z0-9-]{1,59})(?![A-Za-z0-9-])",
         None,
     ),
-    "IBAN": (rf"(?<![{_A}])[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]{{4}}){{2,7}}(?: ?[A-Z0-9]{{1,3}})?(?![{_A}])", lambda t: iban_valid(t.replace(" ", ""))),
-    "CREDIT_CARD": (_D + r"\d(?:[ -]?\d){12,18}" + _E, _card),
+    # grouped by fours with one separator throughout, or not grouped
+    "IBAN": (
+        rf"(?<![{_A}])[A-Z]{{2}}\d{{2}}([ .-]?)[A-Z0-9]{{4}}(?:\1[A-Z0-9]{{4}}){{1,6}}(?:\1[A-Z0-9]{{1,3}})?(?![{_A}])",
+        lambda t: iban_valid(compact(t)),
+    ),
+    "CREDIT_CARD": (_D + r"\d(?:[ .-]?\d){12,18}" + _E, card_valid),
     "KR_RRN": (_D + r"\d{2}[01]\d[0-3]\d-?[1-4]\d{6}" + _E, kr_rrn_valid),
     # not twelve digits out of a longer grouped number, at either end
-    "JP_MY_NUMBER": (_G + r"\d{4}([ -]?)\d{4}\1\d{4}(?!\1\d)" + _E, jp_my_number_valid),
-    "US_SSN": (_D + r"\d{3}-\d{2}-\d{4}" + _E, _ssn),
+    "JP_MY_NUMBER": (_G + r"\d{4}([ .-]?)\d{4}\1\d{4}(?!\1\d)" + _E, jp_my_number_valid),
+    "US_SSN": (_D + r"\d{3}-\d{2}-\d{4}" + _E, ssn_valid),
     "IP_ADDRESS": (
         rf"(?<![{_A}.])(?:\d{{1,3}}\.){{3}}\d{{1,3}}(?![{_A}]|\.\d)"
         + rf"|(?<![{_A}:.])(?:[0-9A-Fa-f]{{0,4}}:){{2,7}}(?:[0-9A-Fa-f]{{1,4}}|(?:\d{{1,3}}\.){{3}}\d{{1,3}})?(?![{_A}:])",
-        lambda t: _ipv4(t) if ":" not in t else _ipv6(t),
+        lambda t: ipv4_valid(t) if ":" not in t else ipv6_valid(t),
     ),
     "PHONE": (
         "|".join(
@@ -227,88 +127,122 @@ _PRECISE: dict[str, tuple[str, Callable[[str], bool] | None]] = {
                 # international: +CC, an optional area code in brackets, then groups
                 rf"(?<![{_A}+])\+\d{{1,3}}(?:[ .-]?\(\d{{1,4}}\))?(?:[ .-]?\d{{1,4}}){{2,5}}(?![{_A}-])",
                 # national forms: (415) 555-0132, 415-555-0132, 010-1234-5678, 0504-1234-5678,
-                # 06 12 34 56 78, 030 12345678, 612 34 56 78, 91 123 45 67
+                # 06 12 34 56 78, 030 12345678, 612 34 56 78, 91 123 45 67; dots and dashes
+                # group them too (010.1234.5678, 06.12.34.56.78, 030-12345678, 089/4567890)
                 _D + r"\(\d{3}\) ?\d{3}-\d{4}" + _E,
                 _D + r"\d{3}[-.]\d{3}[-.]\d{4}" + _E,
-                _D + r"0\d{1,3}-\d{3,4}-\d{4}" + _E,
+                _D + r"0\d{1,3}([.-])\d{3,4}\1\d{4}" + _E,
                 _D + r"1-\d{3}-\d{3}-\d{4}" + _E,
                 # space-grouped forms, unless they are the tail of a longer grouped number
-                _G + r"0\d(?: \d{2}){4}" + _E,
+                _G + r"0\d([ .-])\d{2}(?:\2\d{2}){3}" + _E,
                 _G + r"\d{3} \d{3} \d{4}" + _E,
                 _G + r"0\d{2,4} \d{3,4} \d{4}" + _E,
-                _G + r"0\d{2,4} \d{6,8}" + _E,
-                _G + r"[6-9]\d{2}(?: \d{2}){3}" + _E,
+                _G + r"0\d{2,4}[ /-]\d{6,8}" + _E,
+                _G + r"[6-9]\d{2}([ .])\d{2}(?:\3\d{2}){2}" + _E,
                 _G + r"9\d \d{3}(?: \d{2}){2}" + _E,
             )
         ),
-        _phone,
+        phone_valid,
     ),
 }
-_SHRINKABLE = frozenset({"CREDIT_CARD"})
+_SHRINKABLE = frozenset({"CREDIT_CARD", "IBAN"})
+_GLUE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+# Forms found only where a label names them (``context``): nine bare or space-grouped
+# digits called an SSN, an RRN without its check digit, an IBAN in lower case or
+# grouped as a bank prints it ("DE89 37040044 0532013000").
+_LABELLED: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "US_SSN": (_D + r"\d{3}([ .]?)\d{2}\1\d{4}" + _E, ssn_valid),
+    "KR_RRN": (_D + r"\d{2}[01]\d[0-3]\d-?[1-8]\d{6}" + _E, kr_rrn_labelled),
+    "IBAN": (rf"(?<![{_A}])(?i:[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]){{11,30}})(?![{_A}])", lambda t: iban_valid(compact(t).upper())),
+}
 
 
 def _group_ends(value: str) -> list[int]:
     """Where a grouped number could end short of the whole match, longest first."""
-    return [i for i in range(len(value) - 1, 0, -1) if value[i] in " -"]
+    return [i for i in range(len(value) - 1, 0, -1) if value[i] in " .-"]
 
 
 _VALUE_GROUPS = ("token", "value", "secret")  # where a match names the sensitive part, only that part counts
+# Types with forms only a label finds: a value of theirs found once is looked for in the
+# rest of the request (``find_repeated``).
+LABELLED_ENTITIES = frozenset(_LABELLED)
 _COMPILED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _PRECISE.items()}
+_COMPILED_LABELLED = {entity: (re.compile(pattern), validate) for entity, (pattern, validate) in _LABELLED.items()}
+_LABEL = "LABEL"  # a trigger that is a label: what follows it is read for the labelled forms
 
 # Triggers, in RE2 syntax (no lookarounds): each group names the entity types whose
 # precise patterns run in a window around it, and how far the window reaches.
 _TRIGGERS: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
-    (r"[+(]?\d[\d ().-]{5,}\d", ("CREDIT_CARD", "KR_RRN", "JP_MY_NUMBER", "US_SSN", "IP_ADDRESS", "PHONE"), 1, 1),
+    (r"[+(]?\d[\d ()./-]{5,}\d", ("CREDIT_CARD", "KR_RRN", "JP_MY_NUMBER", "US_SSN", "IP_ADDRESS", "PHONE"), 1, 1),
     (r"@", ("EMAIL",), 70, 270),
     (r"-----BEGIN", ("SECRET",), 0, 8300),
     (r"AKIA|ASIA|AGPA|AIDA|AROA|gh[pousr]_|github_pat_|sk-|xox[abposr]-|AIza|eyJ|[Bb]earer ", ("SECRET",), 8, 400),
     # the name and its separator only: the value may itself start another trigger (a PEM block)
     (r"(?i:secret|token|passw|api.?key|private.?key)[A-Za-z0-9_]*[\"']?\s*[:=]", ("SECRET",), 8, 140),
     (r"://[^/\s:@]{1,64}:[^/\s@]{1,128}@", ("SECRET",), 0, 0),
-    (r"[A-Z]{2}\d{2} ?[A-Z0-9]{4}", ("IBAN",), 1, 45),
+    (r"[A-Z]{2}\d{2}[ .-]?[A-Z0-9]{4}", ("IBAN",), 1, 45),
     (r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:", ("IP_ADDRESS",), 5, 45),
+    (context.TRIGGER, (_LABEL,), 0, 80),
 )
+_NUMBER_TRIGGER = 0  # the digit clusters, where labelled numbers are looked for too
 _TRIGGER = re2.compile("|".join(f"({pattern})" for pattern, *_ in _TRIGGERS))
 # "version 1.2.3.4", '__version__ = "4.2.0.1"', "버전 2.7.0.3": a dotted quad the same line
-# calls a version is not a host.
+# calls a version is not a host, nor dotted groups a phone.
 _VERSION_BEFORE = re.compile(r"(?:\bv|\bver\.?) ?$|(?:version|versión|release|버전|バージョン)[^\n\d.]{0,16}$", re.IGNORECASE)
 
 
-# Full-width digits and punctuation (０９０－１２３４－５６７８) read as their ASCII forms;
-# one character for one, so positions stay those of the original text.
-_HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
-_FULL_WIDTH = re2.compile("[\uff01-\uff5e]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def find(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
+def find(text: str, entities: Iterable[str] | None = None, member: str | None = None) -> list[Finding]:
     """Every structured identifier in ``text`` (limited to ``entities`` when given),
     in order, without overlaps."""
-    return resolve_overlaps(find_all(text, entities))
+    return resolve_overlaps(find_all(text, entities, member))
 
 
-def find_all(text: str, entities: Iterable[str] | None = None) -> list[Finding]:
+def find_all(text: str, entities: Iterable[str] | None = None, member: str | None = None) -> list[Finding]:
     """Every candidate that passed its validator, overlaps included: a caller that knows
-    what each type costs (a policy) decides which of two overlapping ones wins."""
+    what each type costs (a policy) decides which of two overlapping ones wins.
+    ``member`` is the name of the JSON member ``text`` is the value of, a label.
+
+    The text is read folded (``engine.textfold``: Unicode spaces, dashes, full-width
+    forms, e-mail percent-escapes); findings are spans of the original text."""
     if len(text) < 3 or text.isalpha():  # keys, roles, names: no digit, "@" or ":" to find
         return []
-    if not text.isascii():
-        text = _LONE_SURROGATE.sub("\ufffd", text)  # RE2 reads UTF-8, which a lone surrogate is not; one for one
-        if _FULL_WIDTH.search(text):
-            text = text.translate(_HALF_WIDTH)
+    folded = textfold.fold_mapped(text) if not text.isascii() or "%" in text else None
+    read = folded.text if folded is not None else text
     wanted = set(ENTITY_ORDER if entities is None else entities)
+    labelled = [entity for entity in _LABELLED if entity in wanted]
+    named = context.member_entities(member) if member and labelled else frozenset()
+    labels = context.Labels(read, named) if named else None  # made when the first label is met
     found: set[Finding] = set()
-    for trigger in _TRIGGER.finditer(text):
-        _, kinds, before, after = _TRIGGERS[trigger.lastindex - 1]
-        window = (max(0, trigger.start() - before), min(len(text), trigger.end() + after))
+    for trigger in _TRIGGER.finditer(read):
+        index = trigger.lastindex - 1
+        _, kinds, before, after = _TRIGGERS[index]
+        window = (max(0, trigger.start() - before), min(len(read), trigger.end() + after))
+        if kinds == (_LABEL,):
+            if labelled:
+                labels = labels or context.Labels(read)
+                entity = labels.add(*trigger.span())
+                if entity in labelled:
+                    found.update(_precise(entity, read, window, (trigger.end(), window[1]), labels))
+            continue
         for entity in kinds:
             if entity in wanted:
-                found.update(_precise(entity, text, window, trigger.span()))
+                found.update(_precise(entity, read, window, trigger.span()))
+        if index == _NUMBER_TRIGGER and labels is not None:
+            for entity in labelled:
+                if labels.any(entity):
+                    found.update(_precise(entity, read, window, trigger.span(), labels))
+    if member is not None and _VERSION_BEFORE.search(f"{member}: "):  # {"version": "4.1.2.7"}
+        found = {f for f in found if f.entity != "IP_ADDRESS" or ":" in read[f.start : f.end]}
+    if folded is not None and folded.decoded:
+        found = {Finding(f.entity, *folded.span(f.start, f.end), f.score, f.detector) for f in found}
     return sorted(found, key=lambda f: (f.start, f.end, f.entity))
 
 
-def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, int]) -> Iterator[Finding]:
-    pattern, validate = _COMPILED[entity]
+def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, int], labels: context.Labels | None = None) -> Iterator[Finding]:
+    """Matches of ``entity``'s pattern around a trigger that pass its validator; with
+    ``labels``, of its labelled form, where a label names them."""
+    pattern, validate = _COMPILED[entity] if labels is None else _COMPILED_LABELLED[entity]
     # `pos` lets lookbehinds see before the window; one character past `endpos` lets
     # lookaheads see what follows it.
     for match in pattern.finditer(text, window[0], min(len(text), window[1] + 1)):
@@ -325,11 +259,38 @@ def _precise(entity: str, text: str, window: tuple[int, int], hit: tuple[int, in
             if not end:
                 continue
             value = text[start:end]
-        if named == ["value"] and not _credential_like(value):
+        if named == ["value"] and not credential_like(value):
             continue
-        if entity == "IP_ADDRESS" and ":" not in value and _VERSION_BEFORE.search(text, max(0, start - 90), start):
+        dotted = (entity == "IP_ADDRESS" and ":" not in value) or (entity == "PHONE" and "." in value)
+        if dotted and _VERSION_BEFORE.search(text, max(0, start - 90), start):
+            continue
+        if labels is not None and not labels.names(entity, start, end):
             continue
         yield Finding(entity, start, end)
+
+
+def find_repeated(text: str, known: Mapping[str, str]) -> list[Finding]:
+    """Where ``text`` repeats a value found elsewhere in the same request (``known``:
+    value -> entity type): nine digits a label called an SSN in a tool call are that SSN
+    in the prose around it too, unlabelled there."""
+    found = []
+    for value, entity in known.items():
+        at = text.find(value)
+        while at >= 0:
+            end = at + len(value)
+            if not (at and text[at - 1] in _GLUE) and not (end < len(text) and text[end] in _GLUE):
+                found.append(Finding(entity, at, end))
+            at = text.find(value, end)
+    return found
+
+
+def with_repeats(texts: Sequence[str], results: list[list[Finding]]) -> list[list[Finding]]:
+    """An identifier a label named anywhere in the request is the same identifier where
+    another text repeats it unlabelled."""
+    known = {text[f.start : f.end]: f.entity for text, found in zip(texts, results, strict=True) for f in found if f.entity in LABELLED_ENTITIES}
+    if not known:
+        return results
+    return [sorted({*found, *find_repeated(text, known)}, key=lambda f: (f.start, f.end)) for text, found in zip(texts, results, strict=True)]
 
 
 def resolve_overlaps(findings: Iterable[Finding], priority: Callable[[Finding], Any] | None = None) -> list[Finding]:

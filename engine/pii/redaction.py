@@ -53,10 +53,15 @@ _KEEP = {
 }
 
 
+# How an e-mail's "@" may be written where the folded text found it.
+_AT_SIGNS = ("@", "\uff20", "%40")
+
+
 def mask(entity: str, value: str) -> str:
-    if entity == "EMAIL" and "@" in value:
-        local, domain = value.rsplit("@", 1)
-        return local[:1] + "*" * (len(local) - 1) + "@" + domain
+    at = next((sign for sign in _AT_SIGNS if sign in value), None) if entity == "EMAIL" else None
+    if at is not None:
+        local, domain = value.rsplit(at, 1)
+        return local[:1] + "*" * (len(local) - 1) + at + domain
     lead, trail = _KEEP.get(entity, (0, 0))
     positions = [i for i, c in enumerate(value) if c.isalnum()]
     hidden = set(positions[lead : len(positions) - trail])
