@@ -88,13 +88,18 @@ class ActiveBundle:
 
     def tool_call_verdicts(self, principal: Mapping[str, Any], calls: list[dict[str, Any]], declared: list[str]) -> list[dict[str, Any]]:
         """Whether the team may receive each of the model's tool calls (layer D)."""
-        # Arguments reach the rules normalised as scanned texts are, so `\s` / `\S` mean
-        # the same in every Rego engine (regorus reads them as Unicode, OPA as ASCII).
-        normalised = [{**call, "arguments": _normalised_strings(call.get("arguments"))} for call in calls]
-        verdicts = self.policy.evaluate(TOOL_CALL_RULE, {"principal": principal, "calls": normalised, "declared": declared})
+        verdicts = self.policy.evaluate(TOOL_CALL_RULE, self.tool_call_input(principal, calls, declared))
         if not isinstance(verdicts, list) or len(verdicts) != len(calls):
             raise PolicyError(f"{TOOL_CALL_RULE} did not return one verdict per call")
         return verdicts
+
+    @staticmethod
+    def tool_call_input(principal: Mapping[str, Any], calls: list[dict[str, Any]], declared: list[str]) -> dict[str, Any]:
+        """The input document of the tool-call rule. Arguments reach it normalised as
+        scanned texts are, so `\\s` / `\\S` mean the same in every Rego engine (regorus
+        reads them as Unicode, OPA as ASCII)."""
+        normalised = [{**call, "arguments": _normalised_strings(call.get("arguments"))} for call in calls]
+        return {"principal": principal, "calls": normalised, "declared": declared}
 
     def aliases_of(self, model: str) -> list[str]:
         return sorted(alias for alias, target in self.catalog.get("aliases", {}).items() if target == model)
@@ -137,7 +142,7 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         scanner = Scanner((data.get("integrity") or {}).get("injection_rules") or [])
         _run_own_tests(bundle)
         policy = Policy(bundle.modules, bundle.data)
-        index = policy.evaluate(INDEX_RULE, {})
+        index = _as_data(policy.evaluate(INDEX_RULE, {}))
         if index is not None:
             policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))
         _check_plans(policy, data)
@@ -156,6 +161,15 @@ def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> Decision
         return DecisionPlan.from_policy(document, {"user": ids[0], "key_id": ids[1]})
     except (KeyError, TypeError) as error:
         raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
+
+
+def _as_data(index: Any) -> Any:
+    """The index as the JSON it becomes in any other Rego engine; a set in it would
+    mean one thing in regorus and another in OPA, so it is refused here."""
+    try:
+        return json.loads(json.dumps(index))
+    except TypeError as error:
+        raise PolicyError(f"{INDEX_RULE} is not JSON data ({error})") from None
 
 
 def _normalised_strings(value: Any) -> Any:
