@@ -57,14 +57,34 @@ def pattern_problem(pattern: Any) -> str | None:
     if not isinstance(pattern, str):
         return None
     used: list[str] = []
+    in_class = False
     index = 0
-    while index < len(pattern) - 1:
-        if pattern[index] == "\\":
-            if pattern[index + 1] in UNICODE_SENSITIVE_ESCAPES and f"\\{pattern[index + 1]}" not in used:
-                used.append(f"\\{pattern[index + 1]}")
+    while index < len(pattern):
+        char, following = pattern[index], pattern[index + 1 : index + 2]
+        if char == "\\":
+            if following in UNICODE_SENSITIVE_ESCAPES and f"\\{following}" not in used:
+                used.append(f"\\{following}")
             index += 2
-        else:
-            index += 1
+            continue
+        if in_class:
+            # Inside [...], regorus reads a nested [ and the operators && -- ~~ as set
+            # operations; OPA (RE2) reads them as literal characters.
+            if char == "[" and following != ":":
+                return "its pattern nests a character class, which regorus reads as a union and OPA as a literal '['"
+            if char in "&-~" and following == char:
+                return f"its pattern has {char * 2} inside a character class, a set operation in regorus and literal text in OPA"
+            if char == "[" and following == ":":
+                index = max(pattern.find(":]", index + 2) + 2, index + 2)
+                continue
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            if pattern[index + 1 : index + 2] == "^":
+                index += 1
+            if pattern[index + 1 : index + 2] == "]":  # a leading ] is literal
+                index += 1
+        index += 1
     if used:
         return (
             f"its pattern uses {' '.join(used)}, which OPA reads as ASCII and regorus as Unicode;"

@@ -60,6 +60,10 @@ REFUSED = [
     (_rule_pattern(r"^\w+$"), "uses \\w"),
     (_rule_pattern(r"\d{3}"), "uses \\d"),
     (_rule_pattern(r"(?x) a b"), "integrity rule 'probe': its pattern is not RE2 syntax"),
+    (_rule_pattern(r"[a-z&&[^x]]"), "has && inside a character class"),
+    (_rule_pattern(r"[a[b]]"), "nests a character class"),
+    (_rule_pattern(r"[a-z--x]"), "has -- inside a character class"),
+    (_rule_pattern(r"(?i)[^a~~b]"), "has ~~ inside a character class"),
     (_rate(MAX_SAFE_INTEGER + 1), f"data.portcullis.governance.rules.probe.rate.rpm: {MAX_SAFE_INTEGER + 1} is beyond ±(2^53 − 1)"),
     (_rate(2**64 + 1), "is beyond ±(2^53 − 1)"),
     (_budget("1234567890.5"), "data.portcullis.governance.rules.probe.budget.limit_usd: '1234567890.5' must be a decimal with at most 9 digits"),
@@ -74,7 +78,15 @@ def test_activation_refuses_what_the_engines_read_differently(change: Callable[[
     assert message in str(refused.value)
 
 
-PORTABLE = [_team_glob("gpt-*"), _tool_glob("outil-é*"), _rate(MAX_SAFE_INTEGER), _budget("999999999.999999"), _rule_pattern("(?i)[^/]+")]
+PORTABLE = [
+    _team_glob("gpt-*"),
+    _tool_glob("outil-é*"),
+    _rate(MAX_SAFE_INTEGER),
+    _budget("999999999.999999"),
+    _rule_pattern("(?i)[^/]+"),
+    _rule_pattern(r"[]a-][[:alpha:]_-]+"),
+    _rule_pattern(r"x--y[\]&]&&"),
+]
 
 
 @pytest.mark.parametrize("change", PORTABLE)

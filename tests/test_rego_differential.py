@@ -54,12 +54,12 @@ def _opa_engine_class() -> Any:
 class OpaBundle:
     """The same modules and data in OPA, with the index computed by OPA itself."""
 
-    def __init__(self, engine_class: Any, modules: dict[str, str], data: dict[str, Any]) -> None:
+    def __init__(self, engine_class: Any, modules: dict[str, str], data: dict[str, Any], indexed: bool = True) -> None:
         self._engine = engine_class()
         for name, source in modules.items():
             self._engine.add_policy(name, source)
         self._engine.add_data(data)
-        self.index = self.evaluate(INDEX_RULE, {})
+        self.index = self.evaluate(INDEX_RULE, {}) if indexed else None
         if self.index is not None:
             self._engine.add_data({"portcullis": {"compiled": self.index}})
 
@@ -205,3 +205,19 @@ def test_the_comparison_sees_what_activation_refuses(opa_engine_class: Any) -> N
     finally:
         opa.close()
         regorus_policy.release_thread()
+
+
+def test_the_policy_tests_pass_in_opa_too(opa_engine_class: Any) -> None:
+    """`portcullis policy test policies policy-tests` in OPA: every test_* rule is true."""
+    modules, data = shipped_bundle()
+    tests = {path.relative_to(ROOT).as_posix(): path.read_text() for path in sorted((ROOT / "policy-tests").glob("*_test.rego"))}
+    regorus_policy = Policy({**modules, **tests}, data)
+    rules = regorus_policy.test_rules()
+    regorus_policy.release_thread()
+    opa = OpaBundle(opa_engine_class, {**modules, **tests}, data, indexed=False)  # as `policy test` runs them
+    try:
+        failing = [rule.path for rule in rules if opa.evaluate(rule.path, {}) is not True]
+    finally:
+        opa.close()
+    assert len(rules) > 50
+    assert not failing, f"policy tests that fail in OPA: {failing}"

@@ -19,7 +19,7 @@ resolve(name) := model if {
 # tests that mock data) it is computed here.
 entitlements_for(principal) := found if {
 	index := data.portcullis.compiled.principals[principal.team]
-	found := object.get(index, principal.user, index["*"])
+	found := object.get(index.users, principal.user, index.team)
 } else := entitlements(
 	data.portcullis.tenants.teams[principal.team],
 	object.get(object.get(data.portcullis.tenants.teams[principal.team], "users", {}), principal.user, {}),

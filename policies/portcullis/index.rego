@@ -28,8 +28,8 @@ team_limits(team) := {
 	},
 }
 
-# "*" is the team itself; every user the bundle lists gets its own entry.
-principal_index(team) := object.union(
-	{"*": entitlements(team, {})},
-	{user_id: entitlements(team, user) | some user_id, user in object.get(team, "users", {})},
-)
+# `team` serves a user the bundle does not list; every listed user gets its own entry.
+principal_index(team) := {
+	"team": entitlements(team, {}),
+	"users": {user_id: entitlements(team, user) | some user_id, user in object.get(team, "users", {})},
+}
