@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,3 +123,14 @@ def test_a_user_named_like_an_index_placeholder_keeps_a_counter_of_its_own(user:
     assert "key:key_00000000000000aa" in {counter.scope for counter in keyless.limits.counters}
     carol = bundle.decide({"principal": {"team": TEAM, "user": "carol", "key_id": "key_00000000000000aa"}, "request": request})
     assert min(counter.block for counter in carol.limits.counters if counter.scope == f"user:{TEAM}/carol" and counter.metric == "requests") == 3
+
+
+@pytest.mark.parametrize("demo_key", ["demo/-", "demo/{key}", "-/alice", "demo/josé"])
+def test_the_demo_key_takes_only_names_keys_create_accepts(demo_key: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "portcullis.adapters.cli", "serve", "--config", str(tmp_path / "absent.yaml"), f"--demo-key={demo_key}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--demo-key" in done.stderr and "must be 1-128 letters" in done.stderr
+    assert "Traceback" not in done.stderr
