@@ -14,6 +14,8 @@ review and another in production:
 - regular expressions: ``\\b``, ``\\w`` and ``\\d`` (and their negations) are ASCII in OPA
   and in the RE2 fast path but Unicode in regorus (``\\bid_rsa`` on ``éid_rsa``), so
   integrity patterns spell them as explicit ASCII classes;
+- keys: YAML reads ``1:`` or ``yes:`` as a number or a boolean, which the gateway would
+  hand regorus as such while OPA reads every key as a string; keys must be strings;
 - budget limits (decimal strings the policy compares with ``to_number``) stay within
   15 significant digits, which a double orders exactly.
 
@@ -104,6 +106,8 @@ def _number_problems(value: Any, path: list[str]) -> Iterator[str]:
             yield f"{''.join(path)}: {value!r} is beyond ±(2^53 − 1), the range every Rego engine evaluates alike"
     elif isinstance(value, Mapping):
         for key, item in value.items():
+            if not isinstance(key, str):  # YAML's `1:` or `yes:`; OPA reads every key as a string
+                yield f"{''.join(path)}: key {key!r} is not a string; quote it, since OPA reads it as {str(key).lower()!r} text"
             yield from _number_problems(item, [*path, f".{key}"])
     elif isinstance(value, list):
         for index, item in enumerate(value):

@@ -106,6 +106,14 @@ def test_a_float_or_an_integer_anywhere_in_the_data_is_checked() -> None:
     assert portability_problems({"a": [True, 0.6, MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER]}) == []
 
 
+def test_a_key_yaml_read_as_a_number_or_a_boolean_is_refused() -> None:
+    problems = portability_problems({"tenants": {"teams": {123: {"models": ["*"]}, True: {"models": ["*"]}}}})
+    assert problems == [
+        "data.portcullis.tenants.teams: key 123 is not a string; quote it, since OPA reads it as '123' text",
+        "data.portcullis.tenants.teams: key True is not a string; quote it, since OPA reads it as 'true' text",
+    ]
+
+
 def _per_user_rule(data: dict[str, Any]) -> None:
     data["governance"]["rules"]["probe-per-user"] = {"subject": {"team": TEAM, "per": "user"}, "rate": {"rpm": 7}}
     data["governance"]["rules"]["probe-named"] = {"subject": {"team": TEAM, "user": "carol"}, "rate": {"rpm": 3}}
