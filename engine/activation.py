@@ -195,7 +195,7 @@ def _check_patterns(integrity: Mapping[str, Any] | None) -> None:
             probe.evaluate("data.probe.compiled", {"patterns": [rule["pattern"]]})
         except PolicyError as error:
             raise BundleError(f"integrity rule {rule['id']!r}: its pattern does not compile ({error})") from None
-        try:  # OPA's dialect is RE2's: syntax only regorus knows (`(?x)`, `[a&&b]`) would fail there
+        try:  # OPA's dialect is RE2's: syntax only regorus knows (`(?x)`, `(?u)`) would fail there
             re2.compile(rule["pattern"])
         except re2.error:
             raise BundleError(f"integrity rule {rule['id']!r}: its pattern is not RE2 syntax, the dialect OPA reads") from None
