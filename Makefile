@@ -14,8 +14,14 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
+# Real OPA in-process for the regorus-vs-OPA differential test (dev only). Its wheel
+# declares Requires-Python >=3.14 but runs on 3.11+, and pip cannot ignore that per
+# dependency in pyproject, so it is installed here, pinned.
+OPA_BINDINGS := opa-golib-python-bindings==0.4.4
+
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev,ner]'
+	$(BIN)/pip install --quiet --ignore-requires-python '$(OPA_BINDINGS)'
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed

@@ -131,6 +131,10 @@ def _serve(args: argparse.Namespace) -> int:
     from portcullis.adapters.store import StoreUnavailable
     from portcullis.engine.bundle import BundleError
 
+    if args.demo_key:  # the same names `keys create` accepts
+        for label, value in zip(("team", "user"), args.demo_key.partition("/")[::2], strict=True):
+            if value and not IDENTIFIER.fullmatch(value):
+                raise _Failure(f"--demo-key {label} must be 1-128 letters, digits or ._@- and start with a letter or digit, as in the bundle's tenants")
     config = load_config(Path(args.config))
     on_ready = None
     if args.demo_key:

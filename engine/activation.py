@@ -16,6 +16,8 @@ from collections.abc import Collection, Mapping
 from functools import lru_cache, partial
 from typing import Any
 
+import re2
+
 from portcullis.engine import schemas
 from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
@@ -24,6 +26,7 @@ from portcullis.engine.integrity.policy import integrity_problems
 from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise
 from portcullis.engine.pii.policy import detector_problems
 from portcullis.engine.plan import DecisionPlan, Target
+from portcullis.engine.portable import portability_problems
 from portcullis.engine.pricing import Price, PriceTable
 from portcullis.engine.rego import Policy, PolicyError
 
@@ -85,10 +88,18 @@ class ActiveBundle:
 
     def tool_call_verdicts(self, principal: Mapping[str, Any], calls: list[dict[str, Any]], declared: list[str]) -> list[dict[str, Any]]:
         """Whether the team may receive each of the model's tool calls (layer D)."""
-        verdicts = self.policy.evaluate(TOOL_CALL_RULE, {"principal": principal, "calls": calls, "declared": declared})
+        verdicts = self.policy.evaluate(TOOL_CALL_RULE, self.tool_call_input(principal, calls, declared))
         if not isinstance(verdicts, list) or len(verdicts) != len(calls):
             raise PolicyError(f"{TOOL_CALL_RULE} did not return one verdict per call")
         return verdicts
+
+    @staticmethod
+    def tool_call_input(principal: Mapping[str, Any], calls: list[dict[str, Any]], declared: list[str]) -> dict[str, Any]:
+        """The input document of the tool-call rule. Arguments reach it normalised as
+        scanned texts are, so `\\s` / `\\S` mean the same in every Rego engine (regorus
+        reads them as Unicode, OPA as ASCII)."""
+        normalised = [{**call, "arguments": _normalised_strings(call.get("arguments"))} for call in calls]
+        return {"principal": principal, "calls": normalised, "declared": declared}
 
     def aliases_of(self, model: str) -> list[str]:
         return sorted(alias for alias, target in self.catalog.get("aliases", {}).items() if target == model)
@@ -110,6 +121,11 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
     data = bundle.data.get("portcullis")
     if not isinstance(data, dict):
         raise BundleError("bundle has no data under data.portcullis (tenants and catalog)")
+    # What OPA and regorus would read differently is refused first, naming the field,
+    # so the bundle means in production what it means in review.
+    unportable = portability_problems(data)
+    if unportable:
+        raise BundleError("; ".join(unportable))
     try:
         schemas.check("bundle-data", data, where="data.portcullis")
         prices = PriceTable(data["catalog"]["prices"])
@@ -126,7 +142,7 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         scanner = Scanner((data.get("integrity") or {}).get("injection_rules") or [])
         _run_own_tests(bundle)
         policy = Policy(bundle.modules, bundle.data)
-        index = policy.evaluate(INDEX_RULE, {})
+        index = _as_data(policy.evaluate(INDEX_RULE, {}))
         if index is not None:
             policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))
         _check_plans(policy, data)
@@ -147,6 +163,25 @@ def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> Decision
         raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
 
 
+def _as_data(index: Any) -> Any:
+    """The index as the JSON it becomes in any other Rego engine; a set in it would
+    mean one thing in regorus and another in OPA, so it is refused here."""
+    try:
+        return json.loads(json.dumps(index))
+    except TypeError as error:
+        raise PolicyError(f"{INDEX_RULE} is not JSON data ({error})") from None
+
+
+def _normalised_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return normalise(value)
+    if isinstance(value, dict):
+        return {key: _normalised_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_normalised_strings(item) for item in value]
+    return value
+
+
 _PATTERN_PROBE = {"probe.rego": "package probe\n\ncompiled := [regex.match(pattern, \"\") | some pattern in input.patterns]\n"}
 
 
@@ -160,6 +195,10 @@ def _check_patterns(integrity: Mapping[str, Any] | None) -> None:
             probe.evaluate("data.probe.compiled", {"patterns": [rule["pattern"]]})
         except PolicyError as error:
             raise BundleError(f"integrity rule {rule['id']!r}: its pattern does not compile ({error})") from None
+        try:  # OPA's dialect is RE2's: syntax only regorus knows (`(?x)`, `(?u)`) would fail there
+            re2.compile(rule["pattern"])
+        except re2.error:
+            raise BundleError(f"integrity rule {rule['id']!r}: its pattern is not RE2 syntax, the dialect OPA reads") from None
     probe.release_thread()
 
 

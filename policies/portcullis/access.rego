@@ -11,20 +11,22 @@ resolve(name) := model if {
 	data.portcullis.catalog.models[name]
 }
 
-# {"models": set of canonical IDs, "regions": set, or null when nothing limits them}.
-# Glob matching is costly, so the gateway keeps a per-bundle index (compiled_index)
-# at data.portcullis.compiled; without it (policy tests that mock data) it is
-# computed here.
+# {"models": {canonical ID: true}, "regions": {region: true}, or null when nothing
+# limits them}. Objects rather than sets: the per-bundle index (compiled_index) that
+# holds them is data, and data is JSON in every Rego engine (OPA reads a set stored
+# there as an array, on which a keyed lookup is undefined). Glob matching is costly,
+# so the gateway keeps that index at data.portcullis.compiled; without it (policy
+# tests that mock data) it is computed here.
 entitlements_for(principal) := found if {
 	index := data.portcullis.compiled.principals[principal.team]
-	found := object.get(index, principal.user, index["*"])
+	found := object.get(index.users, principal.user, index.team)
 } else := entitlements(
 	data.portcullis.tenants.teams[principal.team],
 	object.get(object.get(data.portcullis.tenants.teams[principal.team], "users", {}), principal.user, {}),
 )
 
 entitlements(team, user) := {
-	"models": models_granted(team.models) & models_granted(object.get(user, "models", ["*"])),
+	"models": {model: true | some model in models_granted(team.models) & models_granted(object.get(user, "models", ["*"]))},
 	"regions": region_scope(team, user),
 }
 
@@ -35,15 +37,15 @@ models_granted(patterns) := {model |
 	glob.match(pattern, null, model)
 }
 
-region_scope(team, user) := {r | some r in team.regions; r in user.regions} if {
+region_scope(team, user) := {r: true | some r in team.regions; r in user.regions} if {
 	team.regions
 	user.regions
-} else := {r | some r in team.regions} if {
+} else := {r: true | some r in team.regions} if {
 	team.regions
-} else := {r | some r in user.regions} if {
+} else := {r: true | some r in user.regions} if {
 	user.regions
 } else := null
 
 region_within(null, _) := true
 
-region_within(regions, region) if region in regions
+region_within(regions, region) if regions[region]

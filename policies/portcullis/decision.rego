@@ -38,12 +38,12 @@ authorise(principal, request, model) := plan if {
 		granted.models[candidate.canonical_model]
 		region_within(granted.regions, candidate.region)
 		every needed in requires {
-			needed in candidate.capabilities
+			needed in object.get(candidate, "capabilities", [])
 		}
 	]
 	targets := [candidates[i] | some i in authorised]
 	integrity := integrity_for(principal)
-	reasons := authorisation(model in granted.models, targets, tools_refused(integrity, object.get(request, "tools", [])))
+	reasons := authorisation(object.get(granted.models, model, false), targets, tools_refused(integrity, object.get(request, "tools", [])))
 	plan := {
 		"allow": reasons[0].code == "allowed",
 		"reasons": reasons,
@@ -66,7 +66,8 @@ rejections(granted, requires, candidate) := array.concat(
 		["model_not_allowed" | not granted.models[candidate.canonical_model]],
 		["region_not_allowed" | not region_within(granted.regions, candidate.region)],
 	),
-	["capability_unsupported" | some needed in requires; not needed in candidate.capabilities],
+	# object.get: `not x in <undefined>` is true in regorus but undefined in OPA
+	["capability_unsupported" | some needed in requires; not needed in object.get(candidate, "capabilities", [])],
 )
 
 authorisation(model_granted, targets, refused_tools) := [{"code": "model_not_allowed", "message": "the requested model is not allowed for this key"}] if {
@@ -81,7 +82,7 @@ authorisation(model_granted, targets, refused_tools) := [{"code": "model_not_all
 # least one of its own targets passes the same entitlements a request would.
 visible_models := sort({model |
 	granted := entitlements_for(input.principal)
-	some model in granted.models
+	some model, _ in granted.models
 	some target in data.portcullis.catalog.models[model].targets
 	region_within(granted.regions, target.region)
 })

@@ -26,12 +26,12 @@ governance_rules := data.portcullis.governance.rules
 limits_for(principal) := found if {
 	not data.portcullis.compiled.named_keys[principal.key_id]
 	index := data.portcullis.compiled.limits[principal.team]
-	found := object.get(index, principal.user, index[anonymous(principal.user)])
+	found := indexed_limits(index, principal.user)
 } else := merged_limits(principal)
 
-anonymous(null) := "-"
+indexed_limits(index, null) := index.keyless
 
-anonymous(user) := "*" if user != null
+indexed_limits(index, user) := object.get(index.users, user, index.team) if user != null
 
 merged_limits(principal) := {
 	"counters": counters,

@@ -14,22 +14,22 @@ compiled_index := {
 	"integrity": {team_id: merged_integrity(team_id) | some team_id, _ in data.portcullis.tenants.teams},
 }
 
-# "*" serves a user no rule names, "-" a key with no user; the placeholders become the
-# request's own ids (limits_for).
-team_limits(team) := object.union(
-	{
-		"*": merged_limits({"team": team, "user": "{user}", "key_id": "{key}"}),
-		"-": merged_limits({"team": team, "user": null, "key_id": "{key}"}),
-	},
-	{user: merged_limits({"team": team, "user": user, "key_id": "{key}"}) |
+# A team's merged limits: `team` serves a user no rule names, `keyless` a key with no
+# user, `users` the users rules name. Names live in a map of their own, so no user
+# name (not even "-" or "*") can stand for a placeholder; the `{user}` and `{key}`
+# in scopes become the request's own ids (limits_for).
+team_limits(team) := {
+	"team": merged_limits({"team": team, "user": "{user}", "key_id": "{key}"}),
+	"keyless": merged_limits({"team": team, "user": null, "key_id": "{key}"}),
+	"users": {user: merged_limits({"team": team, "user": user, "key_id": "{key}"}) |
 		some rule in governance_rules
 		rule.subject.team == team
 		user := rule.subject.user
 	},
-)
+}
 
-# "*" is the team itself; every user the bundle lists gets its own entry.
-principal_index(team) := object.union(
-	{"*": entitlements(team, {})},
-	{user_id: entitlements(team, user) | some user_id, user in object.get(team, "users", {})},
-)
+# `team` serves a user the bundle does not list; every listed user gets its own entry.
+principal_index(team) := {
+	"team": entitlements(team, {}),
+	"users": {user_id: entitlements(team, user) | some user_id, user in object.get(team, "users", {})},
+}
