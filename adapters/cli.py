@@ -17,6 +17,8 @@ from typing import Any
 from portcullis.adapters.config import Config, ConfigError, load_config
 
 DEFAULT_CONFIG = "portcullis.yaml"
+QUICKSTART_CONFIG = "examples/quickstart/config.yaml"
+POLICY_TESTS = Path("policy-tests")
 IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")  # schemas/bundle-data.schema.json#/$defs/identifier
 
 
@@ -79,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
 
     policy = commands.add_parser("policy", help="author, test and sign policy bundles").add_subparsers(title="policy commands")
     test = policy.add_parser("test", help="run *_test.rego tests (test_* rules) the way `opa test` does")
-    test.add_argument("paths", nargs="+", type=Path, help="bundle directories or directories of tests")
+    test.add_argument("paths", nargs="*", type=Path, help="bundle directories or directories of tests (default: the configured bundle and ./policy-tests)")
+    test.add_argument(
+        "--config",
+        "-c",
+        help=f"configuration whose bundle is tested when no paths are given (default: $PORTCULLIS_CONFIG, ./{DEFAULT_CONFIG} or {QUICKSTART_CONFIG})",
+    )
     test.add_argument("--verbose", "-v", action="store_true", help="print passing tests too")
     test.set_defaults(run=_policy_test)
     sign = policy.add_parser("sign", help="write .signatures.json into a bundle directory (OPA format)")
@@ -303,19 +310,24 @@ def _policy_test(args: argparse.Namespace) -> int:
     from portcullis.engine.policy_tests import run_policy_tests
     from portcullis.engine.rego import PolicyError
 
+    paths = list(args.paths) or _configured_test_paths(args.config)
     modules: dict[str, str] = {}
     data: dict[str, Any] = {}
     try:
-        for path in args.paths:
+        for path in paths:
+            if not path.exists():
+                raise _Failure(f"{path}: no such file or directory")
             files = {name: content for name, content in read_bundle_files(path).items() if name.endswith((".rego", ".json", ".yaml", ".yml"))}
             found_modules, found_tests, found_data = split_sources(files)
+            if not (found_modules or found_tests or found_data):
+                raise _Failure(f"no tests found in {path}: it holds no *.rego or data files")
             modules.update({f"{path}/{name}": source for name, source in {**found_modules, **found_tests}.items()})
             data = merge_data(data, found_data)
         results = run_policy_tests(modules, data)
     except (BundleError, PolicyError) as error:
         raise _Failure(str(error)) from None
     if not results:
-        raise _Failure("no tests found (test rules are named test_* in *.rego files)")
+        raise _Failure(f"no tests found in {', '.join(map(str, paths))} (test rules are named test_* in *.rego files)")
     failed = [result for result in results if not result.passed]
     current_file = None
     for result in results:
@@ -323,12 +335,25 @@ def _policy_test(args: argparse.Namespace) -> int:
             if result.file != current_file:
                 current_file = result.file
                 print(f"{result.file}:")
-            print(f"  {result.path}: {'PASS' if result.passed else 'FAIL'} ({result.duration_us}µs)")
+            where = "" if result.passed else f" at {result.file}:{result.line}"
+            print(f"  {result.path}: {'PASS' if result.passed else 'FAIL'} ({result.duration_us}µs){where}")
             for line in result.output:
                 print(f"    {line}")
     print("-" * 60)
     print(f"PASS: {len(results) - len(failed)}/{len(results)}" + (f"\nFAIL: {len(failed)}/{len(results)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _configured_test_paths(config_option: str | None) -> list[Path]:
+    """No paths given: the bundle the configuration serves, plus ./policy-tests when present."""
+    candidates = [config_option] if config_option else [os.environ.get("PORTCULLIS_CONFIG"), DEFAULT_CONFIG, QUICKSTART_CONFIG]
+    config_path = next((Path(c) for c in candidates if c and (config_option or Path(c).is_file())), None)
+    if config_path is None:
+        raise _Failure(f"no paths given and no configuration found ({DEFAULT_CONFIG}, {QUICKSTART_CONFIG}); name a bundle and tests, or --config")
+    config = load_config(config_path)
+    paths = [Path(os.path.relpath(config.bundle_path))] + ([POLICY_TESTS] if POLICY_TESTS.is_dir() else [])
+    print(f"testing {', '.join(map(str, paths))} (bundle of {config_path})", file=sys.stderr)
+    return paths
 
 
 def _policy_sign(args: argparse.Namespace) -> int:
