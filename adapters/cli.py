@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="audit log tools").add_subparsers(title="audit commands")
     verify = audit.add_parser("verify", help="check the hash chain; exits non-zero at the first bad record")
-    verify.add_argument("path", type=Path)
+    verify.add_argument("path", type=Path, nargs="?", help="the audit log (default: the configuration's audit.path)")
+    verify.add_argument("--config", "-c", help="verify this configuration's audit.path (found as for policy test)")
     verify.set_defaults(run=_audit_verify)
 
     ledger = commands.add_parser("ledger", help="the spend ledger").add_subparsers(title="ledger commands")
@@ -139,15 +140,17 @@ def _serve(args: argparse.Namespace) -> int:
     from portcullis.engine.bundle import BundleError
 
     config = load_config(Path(args.config))
+    if not _port_is_free(config, bool(args.demo_key)):
+        return 0
     on_ready = None
     if args.demo_key:
         team, _, user = args.demo_key.partition("/")
 
         async def on_ready(runtime: Any) -> None:
-            from portcullis.adapters.auth import create_key
+            from portcullis.adapters.quickstart import demo_key, quickstart_text, state_dir
 
-            record, key = await create_key(runtime.store, team, user or None, "quickstart")
-            print(_quickstart_text(config, key, record.key_id, runtime.bundles.active), flush=True)
+            key, key_id, reused = await demo_key(runtime.store, state_dir(config), team, user or None)
+            print(quickstart_text(config, key, key_id, runtime.bundles.active, team, reused), flush=True)
 
     try:
         uvloop.run(serve(config, on_ready))
@@ -158,34 +161,20 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quickstart_text(config: Config, key: str, key_id: str, bundle: Any) -> str:
-    base = f"http://{config.host}:{config.port}"
-    models = list(bundle.catalog["models"])
-    claude = next((m for m in models if m.startswith("claude")), models[0])
-    other = next((m for m in models if m.startswith("gpt")), models[-1])
-    return f"""
-Portcullis is ready on {base} (bundle revision {bundle.revision!r}).
+def _port_is_free(config: Config, quickstart: bool) -> bool:
+    """A second `make run` finds the first one serving: say so (and, for the quickstart,
+    where its key is) instead of a bind error. Another program on the port is an error."""
+    from portcullis.adapters.quickstart import already_serving_text, probe_port
 
-  Virtual key ({key_id}), shown once:
-    export PORTCULLIS_KEY={key}
-
-  Anthropic Messages with curl:
-    curl -s {base}/v1/messages -H "x-api-key: $PORTCULLIS_KEY" -H "anthropic-version: 2023-06-01" \\
-      -H "content-type: application/json" \\
-      -d '{{"model": "{claude}", "max_tokens": 256, "messages": [{{"role": "user", "content": "Hello"}}]}}'
-
-  OpenAI Chat with curl:
-    curl -s {base}/v1/chat/completions -H "Authorization: Bearer $PORTCULLIS_KEY" \\
-      -H "content-type: application/json" \\
-      -d '{{"model": "{other}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
-
-  Python SDKs:
-    anthropic.Anthropic(base_url="{base}", api_key=os.environ["PORTCULLIS_KEY"])
-    openai.OpenAI(base_url="{base}/v1", api_key=os.environ["PORTCULLIS_KEY"])
-
-  Claude Code:
-    ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=$PORTCULLIS_KEY claude
-"""
+    occupant = probe_port(config.host, config.port)
+    if occupant.kind == "free":
+        return True
+    if occupant.kind == "other":
+        raise _Failure(f"{config.host}:{config.port} is in use by another program (not a Portcullis gateway); stop it or change listen.port in {config.source}")
+    print(already_serving_text(config, occupant, quickstart))
+    if not quickstart:
+        raise _Failure(f"another Portcullis is already serving on http://{config.host}:{config.port}")
+    return False
 
 
 # --- keys ----------------------------------------------------------------------------
@@ -344,12 +333,19 @@ def _policy_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _config_path(option: str | None, instead: str) -> Path:
+    """--config, else $PORTCULLIS_CONFIG, ./portcullis.yaml or the quickstart's, the first that exists."""
+    if option:
+        return Path(option)
+    found = next((Path(c) for c in (os.environ.get("PORTCULLIS_CONFIG"), DEFAULT_CONFIG, QUICKSTART_CONFIG) if c and Path(c).is_file()), None)
+    if found is None:
+        raise _Failure(f"no configuration found ({DEFAULT_CONFIG}, {QUICKSTART_CONFIG}); name the {instead}, or give --config")
+    return found
+
+
 def _configured_test_paths(config_option: str | None) -> list[Path]:
     """No paths given: the bundle the configuration serves, plus ./policy-tests when present."""
-    candidates = [config_option] if config_option else [os.environ.get("PORTCULLIS_CONFIG"), DEFAULT_CONFIG, QUICKSTART_CONFIG]
-    config_path = next((Path(c) for c in candidates if c and (config_option or Path(c).is_file())), None)
-    if config_path is None:
-        raise _Failure(f"no paths given and no configuration found ({DEFAULT_CONFIG}, {QUICKSTART_CONFIG}); name a bundle and tests, or --config")
+    config_path = _config_path(config_option, "bundle and tests")
     config = load_config(config_path)
     paths = [Path(os.path.relpath(config.bundle_path))] + ([POLICY_TESTS] if POLICY_TESTS.is_dir() else [])
     print(f"testing {', '.join(map(str, paths))} (bundle of {config_path})", file=sys.stderr)
@@ -389,6 +385,10 @@ def _policy_build(args: argparse.Namespace) -> int:
 def _audit_verify(args: argparse.Namespace) -> int:
     from portcullis.engine.audit_chain import verify
 
+    if args.path is not None and args.config:
+        raise _Failure("give the audit log's path or --config, not both")
+    if args.path is None:
+        args.path = load_config(_config_path(args.config, "audit log")).audit_path
     try:
         with args.path.open("rb") as handle:
             result = verify(handle)
