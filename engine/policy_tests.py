@@ -54,7 +54,7 @@ def explain_failure(modules: Mapping[str, str], data: Mapping[str, Any], rule: T
         try:
             policy = Policy({**modules, f"{_HELPER}_{number}.rego": helpers}, data)
             stop = _first_unreached(policy, rule.package, number, len(body))
-        except PolicyError as error:  # a test the helpers cannot mirror (rare shapes): say so, never crash
+        except (PolicyError, TypeError, ValueError) as error:  # a test the helpers cannot mirror (rare shapes): say so, never crash
             lines.append(f"(no explanation: {error})")
             continue
         if stop is None:
@@ -63,7 +63,11 @@ def explain_failure(modules: Mapping[str, str], data: Mapping[str, Any], rule: T
         statement = body[stop]
         lines.append(f"{rule.file}:{statement.line}: {statement.text}")
         for index, operand in enumerate(statement.operands):
-            values = policy.evaluate(f"data.{rule.package}.{_HELPER}_{number}_value_{index}_{stop}", {})
+            try:
+                values = sorted(policy.evaluate(f"data.{rule.package}.{_HELPER}_{number}_value_{index}_{stop}", {}) or ())
+            except (PolicyError, TypeError, ValueError) as error:
+                lines.append(f"  {operand}: (no value: {error})")
+                continue
             rendered = _render(values)
             if rendered != operand:  # a literal explains nothing
                 lines.append(f"  {operand} = {rendered}")
@@ -82,7 +86,8 @@ def _helper_module(rule: TestRule, number: int, body: tuple[Statement, ...]) -> 
         for index, operand in enumerate(statement.operands):
             binding = f"__portcullis_value := ({operand}) {statement.modifiers}".rstrip()
             query = "\n\t".join([*before, binding])
-            parts.append(f"{_HELPER}_{number}_value_{index}_{k} contains __portcullis_value if {{\n\t{query}\n}}")
+            # as JSON text: values may be sets of sets, which Python cannot hold in a set
+            parts.append(f"{_HELPER}_{number}_value_{index}_{k} contains json.marshal(__portcullis_value) if {{\n\t{query}\n}}")
     return "\n\n".join(parts) + "\n"
 
 
@@ -93,10 +98,10 @@ def _first_unreached(policy: Policy, package: str, number: int, count: int) -> i
     return None
 
 
-def _render(values: Any) -> str:
+def _render(values: list[str]) -> str:
     if not values:
         return "undefined"
-    shown = [json.dumps(value, sort_keys=True, ensure_ascii=False) for value in list(values)[:_MAX_SHOWN]]
+    shown = [json.dumps(json.loads(value), sort_keys=True, ensure_ascii=False) for value in values[:_MAX_SHOWN]]
     shown = [text if len(text) <= 300 else text[:300] + "…" for text in shown]
     more = f" (and {len(values) - _MAX_SHOWN} more)" if len(values) > _MAX_SHOWN else ""
     return (shown[0] if len(shown) == 1 else "one of " + ", ".join(shown)) + more
