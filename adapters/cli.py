@@ -388,7 +388,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
     if args.path is not None and args.config:
         raise _Failure("give the audit log's path or --config, not both")
     if args.path is None:
-        args.path = load_config(_config_path(args.config, "audit log")).audit_path
+        args.path = Path(os.path.normpath(load_config(_config_path(args.config, "audit log")).audit_path))
     try:
         with args.path.open("rb") as handle:
             result = verify(handle)

@@ -32,8 +32,9 @@ class Occupant:
 def probe_port(host: str, port: int, timeout: float = 2.0) -> Occupant:
     """A Portcullis answers GET /readyz with its bundle revision; anything else that
     accepts the connection is another program."""
+    authority = f"[{host}]" if ":" in host else host  # an IPv6 listen address
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=timeout) as response:
+        with urllib.request.urlopen(f"http://{authority}:{port}/readyz", timeout=timeout) as response:
             document = json.loads(response.read(65536))
     except urllib.error.HTTPError:
         return Occupant("other")  # it speaks HTTP, but not as a ready Portcullis
