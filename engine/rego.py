@@ -101,8 +101,9 @@ class Policy:
                     found.setdefault(path, TestRule(path, file, spec["span"]["line"], package, imports, bodies))
         return list(found.values())
 
-    def run_test(self, rule: TestRule) -> tuple[bool, list[str]]:
-        """Evaluate one test rule: it passes only when it is defined and true."""
+    def run_test(self, rule: TestRule) -> tuple[bool, list[str], bool]:
+        """Evaluate one test rule: it passes only when it is defined and true. Returns
+        (passed, its prints followed by any error, whether evaluation raised an error)."""
         engine = self._engine()
         engine.set_gather_prints(True)
         try:
@@ -115,7 +116,7 @@ class Policy:
         finally:
             prints = list(engine.take_prints())
             engine.set_gather_prints(False)
-        return passed, prints + detail
+        return passed, prints + detail, bool(detail)
 
     def release_thread(self) -> None:
         """Drop this thread's engine here, on the thread that built it (an engine

@@ -86,3 +86,10 @@ def test_failure_explanation_follows_with_and_every_definition() -> None:
     failing = results["data.t.test_with"]
     assert not failing.passed and failing.line == 5
     assert failing.output == ["t_test.rego:7: x < limit", "  x = 5", "  limit = 3"]
+
+
+def test_a_failing_test_with_prints_is_explained_and_prints_once(capfd: pytest.CaptureFixture[str]) -> None:
+    source = 'package p\n\ntest_printed if {\n\tprint("value was", 1)\n\t1 == 2\n}\n'
+    [result] = run_policy_tests({"p_test.rego": source}, {})
+    assert result.output == ["p_test.rego:4: value was 1", "p_test.rego:5: 1 == 2"]
+    assert "value was" not in capfd.readouterr().out  # the explanation's own evaluations print nothing
