@@ -344,10 +344,13 @@ def _config_path(option: str | None, instead: str) -> Path:
 
 
 def _configured_test_paths(config_option: str | None) -> list[Path]:
-    """No paths given: the bundle the configuration serves, plus ./policy-tests when present."""
+    """No paths given: the bundle the configuration serves, plus policy-tests/ here or
+    beside the bundle (the repository's layout) when there is one."""
     config_path = _config_path(config_option, "bundle and tests")
     config = load_config(config_path)
-    paths = [Path(os.path.relpath(config.bundle_path))] + ([POLICY_TESTS] if POLICY_TESTS.is_dir() else [])
+    bundle = Path(os.path.relpath(config.bundle_path))
+    tests = next((path for path in (POLICY_TESTS, bundle.parent / POLICY_TESTS) if path.is_dir()), None)
+    paths = [bundle] + ([Path(os.path.relpath(tests))] if tests else [])
     print(f"testing {', '.join(map(str, paths))} (bundle of {config_path})", file=sys.stderr)
     return paths
 

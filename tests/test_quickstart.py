@@ -273,6 +273,14 @@ def test_policy_test_without_paths_uses_the_configured_bundle_and_policy_tests()
     assert "data.tests.quickstart_catalog.test_agent_defaults_are_served_to_the_demo_team: PASS" in verbose.stdout
 
 
+def test_policy_test_from_elsewhere_finds_the_tests_beside_the_bundle(tmp_path: Path) -> None:
+    result = cli("policy", "test", "-v", "--config", str(ROOT / "examples" / "quickstart" / "config.yaml"), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "data.tests.quickstart_catalog.test_context_variant_is_its_model: PASS" in result.stdout
+    nothing = cli("policy", "test", cwd=tmp_path)  # no paths and no configuration to take them from
+    assert nothing.returncode == 1 and "no configuration found" in nothing.stderr
+
+
 def test_a_failing_policy_test_says_why_with_the_values(tmp_path: Path) -> None:
     (tmp_path / "plan_test.rego").write_text(
         "package tests.why\n\n"
