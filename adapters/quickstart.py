@@ -44,7 +44,7 @@ def probe_port(host: str, port: int, timeout: float = 2.0) -> Occupant:
     except (OSError, ValueError):
         return Occupant("other")
     bundle = document.get("bundle") if isinstance(document, dict) else None
-    if document.get("status") == "ready" and isinstance(bundle, dict) and "revision" in bundle:
+    if isinstance(bundle, dict) and document.get("status") == "ready" and "revision" in bundle:
         return Occupant("portcullis", str(bundle["revision"]))
     return Occupant("other")
 
