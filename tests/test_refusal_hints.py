@@ -33,6 +33,7 @@ def request(user: str | None, model: object) -> dict:
         ("CLAUDE-SONNET-5", ["claude-sonnet-5"]),
         ("gpt-4o-mine", ["gpt-4o-mini"]),
         ("llama-3-70b", []),
+        ("claude-opus-4-8" * 1000, []),  # a client can send any length: no quadratic comparison
         ("", []),
     ],
 )
