@@ -3,15 +3,18 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CONFIG := examples/quickstart/config.yaml
+# setuptools always notes that an editable install maps packages through a finder
+# (our folders are not named after the package); the note is information, not a problem.
+EDITABLE_NOTE := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: install install-dev run test lint policy-test bench clean
+.PHONY: install install-dev run test lint policy-test agents-check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(EDITABLE_NOTE) $(BIN)/pip install --quiet -e .
 	touch $@
 
 # Real OPA in-process for the regorus-vs-OPA differential test (dev only). Its wheel
@@ -20,7 +23,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 OPA_BINDINGS := opa-golib-python-bindings==0.4.4
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,ner]'
+	$(EDITABLE_NOTE) $(BIN)/pip install --quiet -e '.[dev,ner]'
 	$(BIN)/pip install --quiet --ignore-requires-python '$(OPA_BINDINGS)'
 	touch $(VENV)/.installed $@
 
@@ -36,6 +39,10 @@ lint: install-dev
 
 policy-test: install
 	$(BIN)/portcullis policy test policies policy-tests
+
+# The real Claude Code and opencode against the quickstart (npm; skipped when unreachable).
+agents-check: install
+	$(BIN)/python scripts/agents_check.py
 
 # PostgreSQL and Redis: $DATABASE_URL / $REDIS_URL when set, else the local servers on
 # their standard ports, else throwaway servers that are stopped afterwards.

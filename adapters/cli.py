@@ -17,6 +17,8 @@ from typing import Any
 from portcullis.adapters.config import Config, ConfigError, load_config
 
 DEFAULT_CONFIG = "portcullis.yaml"
+QUICKSTART_CONFIG = "examples/quickstart/config.yaml"
+POLICY_TESTS = Path("policy-tests")
 IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")  # schemas/bundle-data.schema.json#/$defs/identifier
 
 
@@ -79,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
 
     policy = commands.add_parser("policy", help="author, test and sign policy bundles").add_subparsers(title="policy commands")
     test = policy.add_parser("test", help="run *_test.rego tests (test_* rules) the way `opa test` does")
-    test.add_argument("paths", nargs="+", type=Path, help="bundle directories or directories of tests")
+    test.add_argument("paths", nargs="*", type=Path, help="bundle directories or directories of tests (default: the configured bundle and ./policy-tests)")
+    test.add_argument(
+        "--config",
+        "-c",
+        help=f"configuration whose bundle is tested when no paths are given (default: $PORTCULLIS_CONFIG, ./{DEFAULT_CONFIG} or {QUICKSTART_CONFIG})",
+    )
     test.add_argument("--verbose", "-v", action="store_true", help="print passing tests too")
     test.set_defaults(run=_policy_test)
     sign = policy.add_parser("sign", help="write .signatures.json into a bundle directory (OPA format)")
@@ -96,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="audit log tools").add_subparsers(title="audit commands")
     verify = audit.add_parser("verify", help="check the hash chain; exits non-zero at the first bad record")
-    verify.add_argument("path", type=Path)
+    verify.add_argument("path", type=Path, nargs="?", help="the audit log (default: the configuration's audit.path)")
+    verify.add_argument("--config", "-c", help="verify this configuration's audit.path (found as for policy test)")
     verify.set_defaults(run=_audit_verify)
 
     ledger = commands.add_parser("ledger", help="the spend ledger").add_subparsers(title="ledger commands")
@@ -136,15 +144,17 @@ def _serve(args: argparse.Namespace) -> int:
             if value and not IDENTIFIER.fullmatch(value):
                 raise _Failure(f"--demo-key {label} must be 1-128 letters, digits or ._@- and start with a letter or digit, as in the bundle's tenants")
     config = load_config(Path(args.config))
+    if not _port_is_free(config, bool(args.demo_key)):
+        return 0
     on_ready = None
     if args.demo_key:
         team, _, user = args.demo_key.partition("/")
 
         async def on_ready(runtime: Any) -> None:
-            from portcullis.adapters.auth import create_key
+            from portcullis.adapters.quickstart import demo_key, quickstart_text, state_dir
 
-            record, key = await create_key(runtime.store, team, user or None, "quickstart")
-            print(_quickstart_text(config, key, record.key_id, runtime.bundles.active), flush=True)
+            key, key_id, reused = await demo_key(runtime.store, state_dir(config), team, user or None)
+            print(quickstart_text(config, key, key_id, runtime.bundles.active, team, reused), flush=True)
 
     try:
         uvloop.run(serve(config, on_ready))
@@ -155,34 +165,20 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quickstart_text(config: Config, key: str, key_id: str, bundle: Any) -> str:
-    base = f"http://{config.host}:{config.port}"
-    models = list(bundle.catalog["models"])
-    claude = next((m for m in models if m.startswith("claude")), models[0])
-    other = next((m for m in models if m.startswith("gpt")), models[-1])
-    return f"""
-Portcullis is ready on {base} (bundle revision {bundle.revision!r}).
+def _port_is_free(config: Config, quickstart: bool) -> bool:
+    """A second `make run` finds the first one serving: say so (and, for the quickstart,
+    where its key is) instead of a bind error. Another program on the port is an error."""
+    from portcullis.adapters.quickstart import already_serving_text, probe_port
 
-  Virtual key ({key_id}), shown once:
-    export PORTCULLIS_KEY={key}
-
-  Anthropic Messages with curl:
-    curl -s {base}/v1/messages -H "x-api-key: $PORTCULLIS_KEY" -H "anthropic-version: 2023-06-01" \\
-      -H "content-type: application/json" \\
-      -d '{{"model": "{claude}", "max_tokens": 256, "messages": [{{"role": "user", "content": "Hello"}}]}}'
-
-  OpenAI Chat with curl:
-    curl -s {base}/v1/chat/completions -H "Authorization: Bearer $PORTCULLIS_KEY" \\
-      -H "content-type: application/json" \\
-      -d '{{"model": "{other}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
-
-  Python SDKs:
-    anthropic.Anthropic(base_url="{base}", api_key=os.environ["PORTCULLIS_KEY"])
-    openai.OpenAI(base_url="{base}/v1", api_key=os.environ["PORTCULLIS_KEY"])
-
-  Claude Code:
-    ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=$PORTCULLIS_KEY claude
-"""
+    occupant = probe_port(config.host, config.port)
+    if occupant.kind == "free":
+        return True
+    if occupant.kind == "other":
+        raise _Failure(f"{config.host}:{config.port} is in use by another program (not a Portcullis gateway); stop it or change listen.port in {config.source}")
+    print(already_serving_text(config, occupant, quickstart))
+    if not quickstart:
+        raise _Failure(f"another Portcullis is already serving on http://{config.host}:{config.port}")
+    return False
 
 
 # --- keys ----------------------------------------------------------------------------
@@ -307,19 +303,24 @@ def _policy_test(args: argparse.Namespace) -> int:
     from portcullis.engine.policy_tests import run_policy_tests
     from portcullis.engine.rego import PolicyError
 
+    paths = list(args.paths) or _configured_test_paths(args.config)
     modules: dict[str, str] = {}
     data: dict[str, Any] = {}
     try:
-        for path in args.paths:
+        for path in paths:
+            if not path.exists():
+                raise _Failure(f"{path}: no such file or directory")
             files = {name: content for name, content in read_bundle_files(path).items() if name.endswith((".rego", ".json", ".yaml", ".yml"))}
             found_modules, found_tests, found_data = split_sources(files)
+            if not (found_modules or found_tests or found_data):
+                raise _Failure(f"no tests found in {path}: it holds no *.rego or data files")
             modules.update({f"{path}/{name}": source for name, source in {**found_modules, **found_tests}.items()})
             data = merge_data(data, found_data)
         results = run_policy_tests(modules, data)
     except (BundleError, PolicyError) as error:
         raise _Failure(str(error)) from None
     if not results:
-        raise _Failure("no tests found (test rules are named test_* in *.rego files)")
+        raise _Failure(f"no tests found in {', '.join(map(str, paths))} (test rules are named test_* in *.rego files)")
     failed = [result for result in results if not result.passed]
     current_file = None
     for result in results:
@@ -327,12 +328,35 @@ def _policy_test(args: argparse.Namespace) -> int:
             if result.file != current_file:
                 current_file = result.file
                 print(f"{result.file}:")
-            print(f"  {result.path}: {'PASS' if result.passed else 'FAIL'} ({result.duration_us}µs)")
+            where = "" if result.passed else f" at {result.file}:{result.line}"
+            print(f"  {result.path}: {'PASS' if result.passed else 'FAIL'} ({result.duration_us}µs){where}")
             for line in result.output:
                 print(f"    {line}")
     print("-" * 60)
     print(f"PASS: {len(results) - len(failed)}/{len(results)}" + (f"\nFAIL: {len(failed)}/{len(results)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _config_path(option: str | None, instead: str) -> Path:
+    """--config, else $PORTCULLIS_CONFIG, ./portcullis.yaml or the quickstart's, the first that exists."""
+    if option:
+        return Path(option)
+    found = next((Path(c) for c in (os.environ.get("PORTCULLIS_CONFIG"), DEFAULT_CONFIG, QUICKSTART_CONFIG) if c and Path(c).is_file()), None)
+    if found is None:
+        raise _Failure(f"no configuration found ({DEFAULT_CONFIG}, {QUICKSTART_CONFIG}); name the {instead}, or give --config")
+    return found
+
+
+def _configured_test_paths(config_option: str | None) -> list[Path]:
+    """No paths given: the bundle the configuration serves, plus policy-tests/ here or
+    beside the bundle (the repository's layout) when there is one."""
+    config_path = _config_path(config_option, "bundle and tests")
+    config = load_config(config_path)
+    bundle = Path(os.path.relpath(config.bundle_path))
+    tests = next((path for path in (POLICY_TESTS, bundle.parent / POLICY_TESTS) if path.is_dir()), None)
+    paths = [bundle] + ([Path(os.path.relpath(tests))] if tests else [])
+    print(f"testing {', '.join(map(str, paths))} (bundle of {config_path})", file=sys.stderr)
+    return paths
 
 
 def _policy_sign(args: argparse.Namespace) -> int:
@@ -368,6 +392,10 @@ def _policy_build(args: argparse.Namespace) -> int:
 def _audit_verify(args: argparse.Namespace) -> int:
     from portcullis.engine.audit_chain import verify
 
+    if args.path is not None and args.config:
+        raise _Failure("give the audit log's path or --config, not both")
+    if args.path is None:
+        args.path = Path(os.path.normpath(load_config(_config_path(args.config, "audit log")).audit_path))
     try:
         with args.path.open("rb") as handle:
             result = verify(handle)

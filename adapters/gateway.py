@@ -478,12 +478,13 @@ class Gateway:
     def _log(self, exchange: Exchange, status: int, outcome: str = "ok") -> None:
         served = exchange.served
         log.info(
-            "%s %s status=%d outcome=%s team=%s model=%s served=%s duration_ms=%.1f",
+            "%s %s status=%d outcome=%s team=%s requested=%s model=%s served=%s duration_ms=%.1f",
             exchange.request_id,
             exchange.protocol.NAME,
             status,
             outcome,
             exchange.principal.team if exchange.principal else "-",
+            printable(exchange.request.model) if exchange.request else "-",  # the client's own name, made safe to log
             exchange.plan.model if exchange.plan and exchange.plan.model else "-",
             f"{served.provider}/{served.model}" if served else "-",
             (time.monotonic() - exchange.started) * 1000,

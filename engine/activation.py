@@ -13,6 +13,7 @@ import datetime as dt
 import itertools
 import json
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from functools import lru_cache, partial
 from typing import Any
 
@@ -29,6 +30,7 @@ from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.portable import portability_problems
 from portcullis.engine.pricing import Price, PriceTable
 from portcullis.engine.rego import Policy, PolicyError
+from portcullis.engine.suggestions import closest_names
 
 DECISION_RULE = "data.portcullis.decision"
 VISIBLE_MODELS_RULE = "data.portcullis.visible_models"
@@ -69,7 +71,20 @@ class ActiveBundle:
         """The decision plan for one request. A policy that returns no plan fails closed."""
         principal = input_document.get("principal") or {}
         ids = (principal.get("user"), principal.get("key_id"))
-        return self._decide(json.dumps(input_document, separators=(",", ":")), ids)
+        plan = self._decide(json.dumps(input_document, separators=(",", ":")), ids)
+        if plan.reasons and plan.reasons[0].get("code") == "unknown_model":
+            requested = (input_document.get("request") or {}).get("model")
+            if isinstance(requested, str):
+                # context variants (`model[1m]`) only when the client asked for one: otherwise they repeat their model
+                names = [name for name in self.served_names(principal) if "[" not in name or "[" in requested]
+                plan = replace(plan, suggestions=tuple(closest_names(requested, names)))
+        return plan
+
+    def served_names(self, principal: Mapping[str, Any]) -> list[str]:
+        """Every name this principal may request: its visible models and their aliases."""
+        models = self.visible_models(principal)
+        visible = set(models)
+        return models + sorted(alias for alias, model in self.catalog.get("aliases", {}).items() if model in visible)
 
     def visible_models(self, principal: Mapping[str, Any]) -> list[str]:
         models = self.policy.evaluate(VISIBLE_MODELS_RULE, {"principal": principal})

@@ -3,6 +3,7 @@ so the client always reads an error the way its SDK expects."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,6 +44,10 @@ def printable(name: object) -> str:
     """A client-chosen name (a model, a field) safe to echo in errors and logs: clients
     can put anything, personal data included, where a name is expected."""
     text = name if isinstance(name, str) else ""
-    if 0 < len(text) <= 128 and all(ch.isalnum() or ch in "._:/@-" for ch in text):
+    if 0 < len(text) <= 128 and all(ch.isalnum() or ch in "._:/@-[]" for ch in text) and not _PERSONAL_LOOKING.search(text):
         return text
     return "<unprintable name>"
+
+
+# An e-mail address, or a digit run longer than any date stamp in a model ID (phone, card and ID numbers).
+_PERSONAL_LOOKING = re.compile(r"@[^@]*\.[^@]*[A-Za-z]|\d{9,}")

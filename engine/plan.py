@@ -36,6 +36,7 @@ class DecisionPlan:
     limits: Limits
     pii: PiiPolicy | None = None
     integrity: IntegrityPolicy | None = None
+    suggestions: tuple[str, ...] = ()  # for an unknown model: the closest names this key may use
 
     @classmethod
     def from_policy(cls, document: Mapping[str, Any], principal: Mapping[str, Any]) -> DecisionPlan:
@@ -64,7 +65,9 @@ class DecisionPlan:
             return GatewayError(ErrorKind.INVALID_REQUEST, "the requested model does not support a feature this request uses", code="capability_unsupported")
         message = reason["message"]
         if code in ("unknown_model", "model_not_allowed"):
-            message = f"{message}: {printable(self.requested_model)}"
+            message = f"{message}: {printable(self.requested_model)}; GET /v1/models lists the models this key may use"
+            if self.suggestions:
+                message += f" (closest: {', '.join(self.suggestions)})"
         elif code == "tool_not_allowed":  # the client's own tool names, made safe to echo
             message = f"{message}: {', '.join(printable(name) for name in reason.get('tools', [])[:5])}"
         return GatewayError(kind, message, code=code)

@@ -31,11 +31,27 @@ class PolicyError(Exception):
 
 
 @dataclass(frozen=True)
+class Statement:
+    """One statement of a rule body, as written: enough to re-evaluate it, or its
+    operands, in the rule's own package when a test fails."""
+
+    text: str
+    line: int
+    operands: tuple[str, ...]  # the sides of a comparison or membership, the operand of `not`, else the expression
+    modifiers: str  # the statement's `with …` clauses, applied to its operands too
+
+
+@dataclass(frozen=True)
 class TestRule:
-    """A ``test_*`` rule of a Rego module: its query path and where it is defined."""
+    """A ``test_*`` rule of a Rego module: its query path, where it is defined and,
+    for explaining a failure, its bodies and the module's imports."""
 
     path: str
     file: str
+    line: int = 0
+    package: str = ""
+    imports: tuple[str, ...] = ()
+    bodies: tuple[tuple[Statement, ...], ...] = ()
 
 
 class Policy:
@@ -73,15 +89,21 @@ class Policy:
         found: dict[str, TestRule] = {}
         for module in json.loads(self._engine().get_ast_as_json()):
             package = _ref_path(module["ast"]["package"]["refr"])
+            file = module["source"]["file"]
+            source = self._modules.get(file, "").encode()
+            imports = tuple(_text(source, item["span"]) for item in module["ast"].get("imports", []))
             for rule in module["ast"].get("rules", []):
                 name = _rule_name(rule)
                 if name and name.startswith("test_"):
                     path = f"data.{package}.{name}"
-                    found.setdefault(path, TestRule(path, module["source"]["file"]))
+                    spec = rule["Spec"]
+                    bodies = tuple(tuple(_statement(source, st) for st in body["query"]["stmts"]) for body in spec.get("bodies", []))
+                    found.setdefault(path, TestRule(path, file, spec["span"]["line"], package, imports, bodies))
         return list(found.values())
 
-    def run_test(self, rule: TestRule) -> tuple[bool, list[str]]:
-        """Evaluate one test rule: it passes only when it is defined and true."""
+    def run_test(self, rule: TestRule) -> tuple[bool, list[str], bool]:
+        """Evaluate one test rule: it passes only when it is defined and true. Returns
+        (passed, its prints followed by any error, whether evaluation raised an error)."""
         engine = self._engine()
         engine.set_gather_prints(True)
         try:
@@ -94,7 +116,7 @@ class Policy:
         finally:
             prints = list(engine.take_prints())
             engine.set_gather_prints(False)
-        return passed, prints + detail
+        return passed, prints + detail, bool(detail)
 
     def release_thread(self) -> None:
         """Drop this thread's engine here, on the thread that built it (an engine
@@ -137,3 +159,38 @@ def _rule_name(rule: Mapping[str, Any]) -> str | None:
         return None
     parts = list(_ref_parts(ref))
     return parts[0] if parts else None
+
+
+def _text(source: bytes, span: Mapping[str, Any]) -> str:
+    """The source a span covers. regorus spans are byte offsets, and a string literal's
+    span leaves out its quotes: take them back when they sit right at an edge."""
+    start, end = span["start"], span["end"]
+    if start > 0 and source[start - 1 : start] in (b'"', b"`"):
+        start -= 1
+    if source[end : end + 1] in (b'"', b"`"):
+        end += 1
+    return source[start:end].decode("utf-8", "replace").strip()
+
+
+def _statement(source: bytes, statement: Mapping[str, Any]) -> Statement:
+    literal = statement["literal"]
+    kind, node = next(iter(literal.items()))
+    operands: tuple[str, ...] = ()
+    modifiers = ""
+    if kind == "NotExpr":
+        operands = (_text(source, next(iter(node["expr"].values()))["span"]),)
+    elif kind == "Expr":
+        expression_kind, expression = next(iter(node["expr"].items()))
+        if expression_kind == "BoolExpr":
+            operands = (_text(source, _span_of(expression["lhs"])), _text(source, _span_of(expression["rhs"])))
+        elif expression_kind == "Membership":
+            operands = (_text(source, _span_of(expression["value"])), _text(source, _span_of(expression["collection"])))
+        elif expression_kind not in ("AssignExpr",):
+            operands = (_text(source, expression["span"]),)
+        if statement.get("with_mods"):
+            modifiers = source[node["span"]["end"] : statement["span"]["end"]].decode("utf-8", "replace").strip()
+    return Statement(_text(source, statement["span"]), statement["span"]["line"], operands, modifiers)
+
+
+def _span_of(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    return next(iter(node.values()))["span"]

@@ -1,0 +1,205 @@
+"""Run the real coding agents against the quickstart gateway: `make agents-check`.
+
+Installs pinned Claude Code and opencode releases from npm into a cache directory,
+starts the quickstart configuration on a free port with a throwaway state directory,
+and runs each agent with a prompt the way the README tells users to — the README's
+own Claude Code line and opencode.json, read from the README, with only the port
+changed. A check passes when the agent exits 0 with the mock provider's answer and
+every request it made was served (a refused title call fails the check too).
+
+Exits 0 with "skipped: npm unreachable" only when the agents are not cached and npm
+cannot reach its registry; any other problem is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+QUICKSTART = ROOT / "examples" / "quickstart" / "config.yaml"
+README_BASE = "http://127.0.0.1:8080"  # the address the README's lines name
+CLAUDE_CODE_VERSIONS = ("2.1.197", "2.1.332")  # defaults: claude-opus-4-8 / claude-opus-5-5
+OPENCODE_VERSION = "1.18.33"
+PROMPT = "Reply with one short sentence."
+MOCK_ANSWER = "Hello from the Portcullis mock provider."
+AGENT_TIMEOUT = 180
+LOG_LINE = re.compile(r"status=(\d+) outcome=(\S+) team=\S+ requested=(\S+)")
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    binary: str
+
+    def directory(self, cache: Path) -> Path:
+        return cache / f"{self.name.rsplit('/', 1)[-1]}-{self.version}"
+
+    def executable(self, cache: Path) -> Path:
+        return self.directory(cache) / "node_modules" / ".bin" / self.binary
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    package: Package
+    command: list[str]
+    env: dict[str, str]
+    json_result: bool  # Claude Code's --output-format json
+
+
+def main() -> int:
+    cache = Path(os.environ.get("PORTCULLIS_AGENTS_CACHE") or Path.home() / ".cache" / "portcullis" / "agents")
+    packages = [Package("@anthropic-ai/claude-code", version, "claude") for version in CLAUDE_CODE_VERSIONS]
+    packages.append(Package("opencode-ai", OPENCODE_VERSION, "opencode"))
+    missing = [package for package in packages if not package.executable(cache).exists()]
+    if missing:
+        reason = npm_unreachable()
+        if reason:
+            print(f"agents-check: skipped: npm unreachable ({reason})")
+            return 0
+        for package in missing:
+            install(package, cache)
+    claude_line, opencode_config = readme_agent_lines()
+    with tempfile.TemporaryDirectory(prefix="portcullis-agents-") as scratch:
+        work = Path(scratch)
+        gateway, base, key, log = start_gateway(work)
+        try:
+            checks = build_checks(packages, cache, work, base, key, claude_line, opencode_config)
+            failures = sum(not run(check, log) for check in checks)
+        finally:
+            gateway.terminate()
+            gateway.wait(timeout=15)
+    print(f"agents-check: {len(checks) - failures}/{len(checks)} passed")
+    return 1 if failures else 0
+
+
+def npm_unreachable() -> str | None:
+    """Why npm cannot fetch packages, or None when it can."""
+    if shutil.which("npm") is None:
+        return "npm is not installed"
+    try:
+        result = subprocess.run(["npm", "ping", "--loglevel=error"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return "npm ping timed out"
+    return None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["npm ping failed"])[-1]
+
+
+def install(package: Package, cache: Path) -> None:
+    directory = package.directory(cache)
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f"agents-check: installing {package.name}@{package.version} into {directory}", flush=True)
+    command = ["npm", "install", "--prefix", str(directory), "--no-audit", "--no-fund", "--loglevel=error", f"{package.name}@{package.version}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if result.returncode != 0 or not package.executable(cache).exists():
+        sys.exit(f"agents-check: npm install {package.name}@{package.version} failed:\n{result.stderr[-2000:]}")
+
+
+def readme_agent_lines() -> tuple[str, str]:
+    """The README's Claude Code command and opencode.json, as users copy them."""
+    text = README.read_text()
+
+    def block(marker: str) -> str:
+        found = re.search(rf"<!-- agents-check: {marker} -->\s*```\w*\n(.*?)```", text, re.S)
+        if found is None:
+            sys.exit(f"agents-check: README.md has no block marked <!-- agents-check: {marker} -->")
+        return found.group(1).strip()
+
+    return block("claude-code"), block("opencode")
+
+
+def start_gateway(work: Path) -> tuple[subprocess.Popen, str, str, Path]:
+    config = yaml.safe_load(QUICKSTART.read_text())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config["listen"]["port"] = port
+    config["policy"] = {**config["policy"], "bundle": str(ROOT / "policies"), "watch_interval_seconds": 0}
+    config["store"]["path"] = str(work / "state" / "quickstart.db")
+    config["audit"]["path"] = str(work / "state" / "audit.jsonl")
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    log = work / "gateway.log"
+    command = [sys.executable, "-m", "portcullis.adapters.cli", "serve", "--config", str(work / "config.yaml"), "--demo-key", "demo/alice"]
+    gateway = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "PORTCULLIS_LOG_LEVEL": "INFO"})
+    deadline = time.monotonic() + 30
+    while not (found := re.search(r"export PORTCULLIS_KEY=(\S+)", log.read_text())):
+        if gateway.poll() is not None or time.monotonic() > deadline:
+            gateway.kill()
+            sys.exit(f"agents-check: the quickstart gateway did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+    return gateway, f"http://127.0.0.1:{port}", found.group(1), log
+
+
+def build_checks(packages: list[Package], cache: Path, work: Path, base: str, key: str, claude_line: str, opencode_config: str) -> list[Check]:
+    common = {"PORTCULLIS_KEY": key, "HOME": str(work / "home"), "XDG_CONFIG_HOME": str(work / "home" / ".config"), "NO_COLOR": "1"}
+    (work / "home").mkdir()
+    checks = []
+    for package in packages:
+        path = f"{package.executable(cache).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        env = {**common, "PATH": path}
+        label = f"{package.binary} {package.version}"
+        if package.binary == "claude":
+            line = claude_line.replace(README_BASE, base)
+            env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"  # no telemetry or update checks: the machine may be offline
+            for extra, what in (("", "default model"), (" --model sonnet", "--model sonnet")):
+                command = ["bash", "-c", f'{line}{extra} -p "{PROMPT}" --output-format json']
+                checks.append(Check(f"{label} ({what})", package, command, env, True))
+        else:
+            config = work / "opencode.json"
+            config.write_text(opencode_config.replace(README_BASE, base))
+            env.update(OPENCODE_CONFIG=str(config), OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1")
+            variants: list[tuple[tuple[str, ...], str]] = [
+                ((), "anthropic provider, default model"),
+                (("-m", "portcullis/gpt-4o-mini"), "openai-compatible provider"),
+            ]
+            for extra, what in variants:
+                checks.append(Check(f"{label} ({what})", package, ["opencode", "run", *extra, PROMPT], env, False))
+    return checks
+
+
+def run(check: Check, log: Path) -> bool:
+    seen = len(log.read_text())
+    started = time.monotonic()
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "OPENAI_", "OPENCODE_"))}
+    try:
+        result = subprocess.run(check.command, capture_output=True, text=True, timeout=AGENT_TIMEOUT, env={**env, **check.env}, cwd=check.env["HOME"])
+        output, errors, code = result.stdout, result.stderr, result.returncode
+    except subprocess.TimeoutExpired:
+        output, errors, code = "", f"timed out after {AGENT_TIMEOUT}s", None
+    time.sleep(0.5)  # the gateway logs a request after its last byte: let it land
+    requests = LOG_LINE.findall(log.read_text()[seen:])
+    answer = _claude_result(output) if check.json_result else output
+    refused = [status for status, _, _ in requests if status != "200"]
+    ok = code == 0 and MOCK_ANSWER in answer and bool(requests) and not refused
+    served = ", ".join(f"{model} ({status} {outcome})" for status, outcome, model in requests) or "no request reached the gateway"
+    print(f"{'PASS' if ok else 'FAIL'}  {check.name}: exit {code}, {time.monotonic() - started:.1f}s; gateway saw: {served}", flush=True)
+    if not ok:
+        print(f"      answer: {answer.strip()[:300] or output.strip()[-300:] or '(none)'}")
+        print(f"      stderr: {errors.strip()[-500:] or '(none)'}")
+    return ok
+
+
+def _claude_result(output: str) -> str:
+    """The answer in Claude Code's JSON result, empty when it reports an error."""
+    try:
+        document = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return ""
+    return "" if not isinstance(document, dict) or document.get("is_error") else str(document.get("result", ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
