@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from portcullis.adapters.config import RequestLimits
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 
 ANTHROPIC_MESSAGES = "anthropic_messages"
 OPENAI_CHAT = "openai_chat"
+DEFAULT_LIMITS = RequestLimits()
 
 
 @dataclass
@@ -89,7 +91,34 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
 
 
 def invalid(message: str) -> GatewayError:
-    return GatewayError(ErrorKind.INVALID_REQUEST, message)
+    return GatewayError(ErrorKind.INVALID_REQUEST, message, code="invalid_request")
+
+
+def forwarded_headers(headers: Mapping[str, str], names: tuple[str, ...], limits: RequestLimits) -> dict[str, str]:
+    """The client headers a protocol forwards upstream, each within the header cap: a
+    provider refuses an oversized one anyway, so it is refused here, in the client's terms."""
+    forward = {}
+    for name in names:
+        value = headers.get(name)
+        if value is None:
+            continue
+        if len(value) > limits.max_header_bytes:
+            raise GatewayError(
+                ErrorKind.HEADERS_TOO_LARGE, f"header {name} is longer than this gateway forwards ({limits.max_header_bytes} bytes)", code="header_too_large"
+            )
+        forward[name] = value
+    return forward
+
+
+class Inserted(dict):  # type: ignore[type-arg]
+    """A message or block the gateway added to the client's request (the policy prompt).
+    It serialises like any object; error paths skip it, so they keep the client's indexing."""
+
+
+def client_index(items: list[Any], position: int) -> int:
+    """The client's index of ``items[position]``: the gateway's own insertions before it
+    do not count."""
+    return position - sum(1 for item in items[:position] if isinstance(item, Inserted))
 
 
 def require_string(body: Mapping[str, Any], name: str) -> str:
