@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from portcullis.adapters import offload
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager, load_bundle
@@ -70,6 +71,7 @@ class Runtime:
 async def build_runtime(config: Config) -> Runtime:
     """Everything the gateway needs, checked before it accepts a connection: a bad
     bundle, a missing secret or an unreachable store stops start-up with a clear error."""
+    offload.configure(config.request_limits.offload_bytes)
     providers = {name: build_provider(provider) for name, provider in config.providers.items()}
     active = load_bundle(config, providers.keys(), today())
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
@@ -171,7 +173,8 @@ def create_app(runtime: Runtime) -> Starlette:
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
         if error.status_code in (404, 405):
-            return route_error(request, error.status_code, (error.headers or {}).get("allow"))
+            allowed = {name.lower(): value for name, value in (error.headers or {}).items()}.get("allow")
+            return route_error(request, error.status_code, allowed)
         return JSONResponse(_error_document(error.status_code, "invalid_request_error", error.detail), error.status_code)
 
     async def unexpected(request: Request, error: Exception) -> Response:

@@ -28,6 +28,7 @@ from starlette.responses import Response
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator, Principal
 from portcullis.adapters.bundles import BundleManager
+from portcullis.adapters.offload import off_loop, parse_apart
 from portcullis.adapters.protocols import DEFAULT_LIMITS, ParsedRequest, RequestLimits, error_message
 from portcullis.adapters.protocols.routes import Route, route
 from portcullis.adapters.protocols.sse import SSEError, SSEEvent, SSEParser
@@ -181,9 +182,13 @@ class Gateway:
         """Stage 2. A large body is parsed and validated on a worker thread: the walk is
         pure Python, and the event loop must keep serving every other client meanwhile."""
         query = http.scope["query_string"].decode("latin-1")
-        if len(raw) > self._limits.offload_bytes:
-            return await asyncio.to_thread(protocol.parse, raw, http.headers, query, self._limits)
-        return protocol.parse(raw, http.headers, query, self._limits)
+        if len(raw) <= self._limits.offload_bytes:
+            return protocol.parse(raw, http.headers, query, self._limits)
+        parsed, refusal = await asyncio.to_thread(parse_apart, protocol, raw, http.headers, query, self._limits)
+        if refusal is not None:
+            raise refusal
+        assert parsed is not None
+        return parsed
 
     async def _dispatch_within_deadline(self, exchange: Exchange) -> Response | RelayedStream:
         """Stage 7 within the request's total deadline (``limits.request_deadline_seconds``,
@@ -209,7 +214,7 @@ class Gateway:
             provider = self._providers[target.provider]
             pair = route(exchange.request.protocol, provider.protocol or exchange.request.protocol)
             try:
-                body = pair.upstream_body(exchange.request, target)
+                body = await off_loop(len(exchange.request.raw), pair.upstream_body, exchange.request, target)
             except GatewayError as error:  # this target cannot express the request; another might
                 self._attempt(exchange, target, "unconvertible")
                 last_error = error
@@ -554,7 +559,7 @@ async def read_body(http: Request, limit: int, seconds: float | None = None) -> 
         raise GatewayError(ErrorKind.INVALID_REQUEST, "the client disconnected while sending the request", code="client_disconnected") from None
     except TimeoutError:
         raise GatewayError(ErrorKind.REQUEST_TIMEOUT, f"the request body did not arrive within {seconds:g} seconds", code="body_timeout") from None
-    return b"".join(chunks)
+    return await off_loop(size, b"".join, chunks)
 
 
 SESSION_HEADERS = ("x-portcullis-session-id", "x-claude-code-session-id")

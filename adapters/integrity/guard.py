@@ -15,7 +15,6 @@ operator's prompt (with its canary) is never mistaken for the client's data.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from portcullis.adapters.gateway import ResponseGuard, Step
 from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, count_findings, inspect_arguments, withheld
 from portcullis.adapters.integrity.scan_cache import ScanCache
 from portcullis.adapters.integrity.webhook import Webhook
+from portcullis.adapters.offload import serialised
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.integrity import hop
@@ -96,7 +96,7 @@ class PromptIntegrity(Step):
                 protocol.insert_system_prompt(request.body, prompt.text)
                 changed = True
         if changed:
-            request.raw = json.dumps(request.body, ensure_ascii=False, separators=(",", ":")).encode()
+            request.raw = await serialised(request.body, len(request.raw))  # off the event loop when large
 
     def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
         policy = exchange.plan.integrity if exchange.plan is not None else None

@@ -6,6 +6,7 @@ provider's answer. Conversions live in modules named after the pair they join
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Mapping
@@ -70,7 +71,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         raise invalid("request body is empty: expected a JSON object")
     try:
-        text = raw.decode("utf-8")  # decoded first: json.loads would guess UTF-16/32 from bytes
+        text = _utf8(raw)  # decoded first: json.loads would guess UTF-16/32 from bytes
         body = _decoder.decode(text)
     except UnicodeDecodeError:
         raise invalid("request body is not UTF-8") from None
@@ -82,12 +83,31 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise invalid("request body is not acceptable JSON (nesting too deep or a number too long)") from None
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
-    if _SURROGATE_ESCAPE.search(text):
+    if _has_surrogate_escape(text):
         try:
             json.dumps(body, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise invalid("request body contains an unpaired UTF-16 surrogate escape") from None
     return body
+
+
+# Large bodies are handled in slices: each C-level step holds the GIL, and one step over
+# 15 MB (~20 ms) is time the event loop, on another thread, cannot run.
+_SLICE = 1 << 20
+
+
+def _utf8(raw: bytes) -> str:
+    if len(raw) <= _SLICE:
+        return raw.decode("utf-8")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts = [decoder.decode(raw[start : start + _SLICE]) for start in range(0, len(raw), _SLICE)]
+    parts.append(decoder.decode(b"", final=True))
+    return "".join(parts)
+
+
+def _has_surrogate_escape(text: str) -> bool:
+    overlap = 5  # an escape that straddles two slices is still found
+    return any(_SURROGATE_ESCAPE.search(text, start, start + _SLICE + overlap) for start in range(0, len(text), _SLICE))
 
 
 def invalid(message: str) -> GatewayError:

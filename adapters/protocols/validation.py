@@ -109,13 +109,14 @@ def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether containers nest more than ``limit`` levels. Iterative (a deep body must not
-    exhaust the stack of the check meant to refuse it); visits containers only."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Whether containers nest more than ``limit`` levels. Level by level, not recursive
+    (a deep body must not exhaust the stack of the check meant to refuse it)."""
+    level, depth = [value], 1
+    while level:
         if depth > limit:
             return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        below: list[Any] = []
+        for node in level:
+            below.extend(child for child in (node.values() if isinstance(node, dict) else node) if isinstance(child, dict | list))
+        level, depth = below, depth + 1
     return False

@@ -4,10 +4,12 @@ proxies several times more requests per second (measured; see the README)."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
+from portcullis.adapters import offload
 from portcullis.adapters.config import ProviderConfig
 from portcullis.adapters.providers import UpstreamUnreachable
 
@@ -60,7 +62,7 @@ class HttpProvider:
         url = f"{self._config.base_url}{path}" + (f"?{query}" if query else "")
         try:
             # A redirect would carry the provider key and the prompt to another origin.
-            response = await self._client().post(url, data=body, headers=headers, allow_redirects=False)
+            response = await self._client().post(url, data=_payload(body), headers=headers, allow_redirects=False)
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             raise UpstreamUnreachable(_reason(error)) from None
         return HttpResponse(response)
@@ -68,6 +70,12 @@ class HttpProvider:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _payload(body: bytes) -> bytes | aiohttp.BytesIOPayload:
+    """A large body is written in chunks that yield to the event loop between them (with
+    its Content-Length); one write of 15 MB would hold the loop for the whole copy."""
+    return aiohttp.BytesIOPayload(io.BytesIO(body)) if len(body) > offload.threshold else body
 
 
 def _reason(error: BaseException) -> str:
