@@ -61,7 +61,16 @@ def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return members
 
 
-_decoder = json.JSONDecoder(object_pairs_hook=_unique_members)
+class _NonStandardNumber(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON (RFC 8259); Python's parser takes them, a provider would not.
+    raise _NonStandardNumber(name)
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_unique_members, parse_constant=_refuse_constant)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -77,6 +86,8 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise invalid("request body is not UTF-8") from None
     except _DuplicateMember as duplicate:
         raise invalid(f"request body has a duplicated member: {printable(duplicate.name)}") from None
+    except _NonStandardNumber:
+        raise invalid("request body is not valid JSON (NaN and Infinity are not JSON numbers)") from None
     except json.JSONDecodeError as error:
         raise invalid(f"request body is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
     except (ValueError, RecursionError):

@@ -75,7 +75,8 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: Reque
     if not messages:
         raise invalid("messages: must contain at least one message")
     stream = optional_bool(body, "stream")
-    max_tokens = optional_positive_int(body, "max_completion_tokens") or optional_positive_int(body, "max_tokens")
+    current, legacy = optional_positive_int(body, "max_completion_tokens"), optional_positive_int(body, "max_tokens")
+    max_tokens = current or legacy
     choices = optional_positive_int(body, "n") or 1
     images = openai_chat_validator.validate(body, limits)
     tools = optional_list(body, "tools")
