@@ -78,7 +78,7 @@ def route_error(request: Request, status: int, allowed: str | None = None) -> Re
     family = family_of(request)
     path = excerpt(request.url.path)
     kind = ErrorKind.NOT_FOUND if status == 404 else ErrorKind.METHOD_NOT_ALLOWED
-    method = excerpt(request.method)
+    method = request.method if request.method.isalpha() and len(request.method) <= 16 else excerpt(request.method)  # the parser admits only tokens
     message = f"this gateway does not serve {method} {path}" if status == 404 else f"{path} does not accept {method}"
     code = "unknown_route" if status == 404 else "method_not_allowed"
     log.info("%s unknown route family=%s method=%s path=%s status=%d", request_id, family, method, path, status)
