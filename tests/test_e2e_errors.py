@@ -184,3 +184,13 @@ def test_an_oversized_forwarded_header_is_refused_before_dispatch(gateway: Gatew
     assert response.status_code == 431 and response.headers["x-portcullis-error-code"] == "header_too_large"
     assert len(response.content) < 500
     assert not any(fake.received for fake in fakes.all())
+
+
+def test_deep_json_inside_tool_arguments_is_capped_like_the_body(gateway: Gateway, fakes: Fakes) -> None:
+    # The translator and the filters parse and walk tool-call arguments as they do the body, so the same cap applies.
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "[" * 900 + "]" * 900}}
+    body = {"model": "haiku", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [call]}]}
+    response = chat(gateway, body)
+    assert response.status_code == 413 and response.headers["x-portcullis-error-code"] == "nesting_too_deep"
+    assert "messages[1].tool_calls[0].function.arguments" in response.json()["error"]["message"]
+    assert "Traceback" not in gateway.logs()

@@ -282,6 +282,9 @@ def framing_cases(protocol: str, base: dict[str, Any], rng: random.Random) -> li
         cases.append(Case("anthropic:no-max-tokens", protocol, json.dumps({k: v for k, v in base.items() if k != "max_tokens"}).encode()))
     else:
         cases.append(Case("openai:no-messages", protocol, json.dumps(put(base, ("messages",), [])).encode()))
+        for depth in (40, 900, 5000):  # JSON inside a string the filters parse and walk
+            deep = put(base, ("messages", 2, "tool_calls", 0, "function", "arguments"), "[" * depth + "]" * depth)
+            cases.append(Case(f"openai:deep-arguments-{depth}", protocol, json.dumps(deep).encode()))
     return cases
 
 

@@ -50,7 +50,7 @@ def validate(body: dict[str, Any], limits: RequestLimits) -> bool:
         legacy = walk.mapping(message, "function_call", where)
         if legacy is not None:
             walk.string(legacy, "name", f"{where}function_call.")
-            walk.string(legacy, "arguments", f"{where}function_call.")
+            walk.json_text(legacy, "arguments", f"{where}function_call.")
     return images
 
 
@@ -81,7 +81,7 @@ def _tool_call(walk: Walk, call: dict[str, Any], where: str) -> None:
     function = walk.mapping(call, "function", where)
     if function is not None:
         walk.string(function, "name", f"{where}function.")
-        walk.string(function, "arguments", f"{where}function.")
+        walk.json_text(function, "arguments", f"{where}function.")
     custom = walk.mapping(call, "custom", where)
     if custom is not None:
         walk.string(custom, "name", f"{where}custom.")

@@ -6,6 +6,7 @@ never a failure deeper in the pipeline; fields it does not read pass through unc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,9 +42,22 @@ class Walk:
         if isinstance(tools, list) and len(tools) > self.limits.max_tools:
             raise too_many("tools", self.limits.max_tools, "too_many_tools")
         if _deeper_than(body, self.limits.max_nesting_depth):
-            raise GatewayError(
-                ErrorKind.REQUEST_TOO_LARGE, f"the request nests deeper than this gateway accepts ({self.limits.max_nesting_depth})", code="nesting_too_deep"
-            )
+            raise _nesting_too_deep(self.limits, "the request")
+
+    def json_text(self, container: Mapping[str, Any], name: str, where: str) -> None:
+        """A string member that holds JSON the gateway parses (tool-call arguments): its
+        nesting is capped like the body's, since the filters walk it the same way."""
+        text = self.string(container, name, where)
+        if text is None or text.count("[") + text.count("{") <= self.limits.max_nesting_depth:
+            return  # cannot nest deeper than its brackets: no parse needed
+        try:
+            deep = _deeper_than(json.loads(text), self.limits.max_nesting_depth)
+        except RecursionError:
+            deep = True
+        except ValueError:
+            return  # not JSON: read as plain text
+        if deep:
+            raise _nesting_too_deep(self.limits, f"{where}{name}")
 
     def blocks(self, count: int) -> None:
         self._blocks += count
@@ -102,6 +116,10 @@ class Walk:
         for i, item in enumerate(value):
             if not isinstance(item, str):
                 raise wrong_type(f"{where}{name}[{i}]", "a string", item)
+
+
+def _nesting_too_deep(limits: RequestLimits, what: str) -> GatewayError:
+    return GatewayError(ErrorKind.REQUEST_TOO_LARGE, f"{what} nests deeper than this gateway accepts ({limits.max_nesting_depth})", code="nesting_too_deep")
 
 
 def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
