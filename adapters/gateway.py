@@ -184,7 +184,7 @@ class Gateway:
         query = http.scope["query_string"].decode("latin-1")
         if len(raw) <= self._limits.offload_bytes:
             return protocol.parse(raw, http.headers, query, self._limits)
-        parsed, refusal = await asyncio.to_thread(parse_apart, protocol, raw, http.headers, query, self._limits)
+        parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, self._limits)
         if refusal is not None:
             raise refusal
         assert parsed is not None

@@ -11,6 +11,7 @@ import gc
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import TypeVar
 
@@ -24,6 +25,11 @@ T = TypeVar("T")
 threshold = 262_144
 
 
+# One worker: the work holds the GIL, so more threads would not finish it sooner, and each
+# thread's allocator arena keeps the memory of the large bodies it handled.
+_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="portcullis-offload")
+
+
 def configure(offload_bytes: int) -> None:
     global threshold
     threshold = offload_bytes
@@ -34,7 +40,7 @@ async def off_loop(size: int, work: Callable[..., T], *args: object) -> T:
     pure work: no regorus engine (unsendable across threads), no event-loop objects."""
     if size <= threshold:
         return work(*args)
-    return await asyncio.to_thread(_paused, work, *args)
+    return await asyncio.get_running_loop().run_in_executor(_worker, _paused, work, *args)
 
 
 async def serialised(body: dict[str, object], size: int) -> bytes:

@@ -46,7 +46,9 @@ def test_default_caps_admit_an_agent_sized_request(fresh_gateway: Any, fakes: Fa
     assert len(body) > 85_000
     response = post(gateway.url, gateway.key("eng"), body)
     assert response.status_code == 200, response.text
-    assert fakes.anthropic_eu.received[-1].body == body.replace(b'"haiku"', f'"{HAIKU_UPSTREAM}"'.encode(), 1)
+    sent = fakes.anthropic_eu.received[-1]
+    assert sent.body == body.replace(b'"haiku"', f'"{HAIKU_UPSTREAM}"'.encode(), 1)
+    assert "transfer-encoding" not in sent.headers and sent.headers["content-length"] == str(len(sent.body))  # written in slices, not chunked
 
 
 @pytest.mark.parametrize(
