@@ -15,16 +15,20 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from portcullis.adapters import offload
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
-from portcullis.adapters.gateway import Gateway, client_address, new_request_id
+from portcullis.adapters.gateway import ERROR_CODE_HEADER, Gateway, client_address
 from portcullis.adapters.governance import Governance
+from portcullis.adapters.http_edge import RequestIds, family_of, protocol_error, request_id_for, route_error
+from portcullis.adapters.http_timeouts import header_deadline_protocol
 from portcullis.adapters.integrity.guard import PromptIntegrity
 from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
@@ -36,7 +40,7 @@ from portcullis.adapters.protocols import anthropic_messages, openai_chat
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import Store, open_store
-from portcullis.engine.errors import GatewayError
+from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 
 log = logging.getLogger("portcullis")
 
@@ -79,6 +83,7 @@ class Runtime:
 async def build_runtime(config: Config) -> Runtime:
     """Everything the gateway needs, checked before it accepts a connection: a bad
     bundle, a missing secret or an unreachable store stops start-up with a clear error."""
+    offload.configure(config.request_limits.offload_bytes)
     providers = {name: build_provider(provider) for name, provider in config.providers.items()}
     active = load_bundle(config, providers.keys(), today())
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
@@ -101,7 +106,9 @@ async def build_runtime(config: Config) -> Runtime:
     # operator's prompt is not the client's data); governance then sizes and reserves
     # exactly what goes upstream. Answer guards run in the same order.
     steps = [pii, integrity, governance]
-    gateway = Gateway(bundles, authenticator, providers, pools, audit, steps, config.max_request_bytes, config.max_attempts, today)
+    gateway = Gateway(
+        bundles, authenticator, providers, pools, audit, steps, config.max_request_bytes, config.max_attempts, today, limits=config.request_limits
+    )
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
 
@@ -146,8 +153,8 @@ def create_app(runtime: Runtime) -> Starlette:
         try:
             principal = await runtime.authenticator.authenticate(request.headers, client_address(request))
         except GatewayError as error:
-            headers = {"retry-after": str(error.retry_after)} if error.retry_after is not None else None
-            return Response(protocol.error_body(error, new_request_id()), error.kind.status, headers=headers, media_type="application/json")
+            headers = {ERROR_CODE_HEADER: error.error_code, **({"retry-after": str(error.retry_after)} if error.retry_after is not None else {})}
+            return Response(protocol.error_body(error, request_id_for(request.scope)), error.kind.status, headers=headers, media_type="application/json")
         bundle = runtime.bundles.active
         ids = bundle.visible_models(principal.as_input())
         data = [
@@ -177,28 +184,38 @@ def create_app(runtime: Runtime) -> Starlette:
 
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
-        return JSONResponse(
-            _error_document(error.status_code, "not_found_error" if error.status_code == 404 else "invalid_request_error", error.detail), error.status_code
-        )
+        if error.status_code in (404, 405):
+            allowed = {name.lower(): value for name, value in (error.headers or {}).items()}.get("allow")
+            return route_error(request, error.status_code, allowed)
+        return JSONResponse(_error_document(error.status_code, "invalid_request_error", error.detail), error.status_code)
 
     async def unexpected(request: Request, error: Exception) -> Response:
-        log.error("unexpected %s while serving %s %s", type(error).__name__, request.method, request.url.path, exc_info=error)
-        return JSONResponse(_error_document(500, "api_error", "internal gateway error"), 500)
+        # Outside the request-id middleware (Starlette runs this handler outermost), so the id is added here.
+        request_id = request_id_for(request.scope)
+        log.error("%s unexpected %s while serving %s %s", request_id, type(error).__name__, request.method, excerpt(request.url.path), exc_info=error)
+        internal = GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error")
+        response = protocol_error(family_of(request), internal, request_id)
+        response.headers.update({"request-id": request_id, "x-portcullis-request-id": request_id})
+        return response
 
     routes = [
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/", messages, methods=["POST"]),  # served, not redirected: a redirect would be built from the Host header
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/chat/completions/", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/", root, methods=["GET", "HEAD"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected})
+    app = Starlette(routes=routes, middleware=[Middleware(RequestIds)], exception_handlers={HTTPException: http_error, Exception: unexpected})
+    app.router.redirect_slashes = False  # the redirect's Location would come from the client's Host header
+    return app
 
 
-def _error_document(status: int, kind: str, message: str) -> dict[str, Any]:
+def _error_document(status: int, kind: str, message: str, code: str | None = None) -> dict[str, Any]:
     # Readable by both SDK families: Anthropic's envelope, OpenAI's error object.
-    return {"type": "error", "error": {"type": kind, "message": message, "code": None, "param": None}}
+    return {"type": "error", "error": {"type": kind, "message": message, "code": code, "param": None}}
 
 
 async def serve(config: Config, on_ready: Any = None) -> None:
@@ -207,7 +224,7 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     what remains (each still settles and records its outcome), close providers, stores
     and the audit log, and return (exit status 0). A second signal skips the drain."""
     runtime = await build_runtime(config)
-    app = CancelledByShutdown(create_app(runtime), json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request")).encode())
+    app = CancelledByShutdown(create_app(runtime), json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request", "shutting_down")).encode())
     server = SignalFreeServer(
         uvicorn.Config(
             app,
@@ -215,7 +232,7 @@ async def serve(config: Config, on_ready: Any = None) -> None:
             host=config.host,
             port=config.port,
             loop="none",
-            http="httptools",
+            http=header_deadline_protocol(config.request_limits.header_timeout_seconds),  # httptools, with a header deadline
             lifespan="off",
             access_log=False,
             log_config=None,

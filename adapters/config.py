@@ -140,6 +140,23 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class RequestLimits:
+    """Bounds on the work one request may cause, refused (413/431/408) before the work
+    is done. The defaults admit coding agents' largest requests with room to spare
+    (~85 KB bodies, 25 tools, long histories)."""
+
+    max_messages: int = 10_000
+    max_tools: int = 1_000
+    max_content_blocks: int = 100_000  # across the request: messages, system, nested tool results
+    max_nesting_depth: int = 64  # JSON containers inside one another
+    max_header_bytes: int = 16_384  # a header forwarded upstream (anthropic-beta)
+    header_timeout_seconds: float = 10.0  # to receive a request's headers
+    body_timeout_seconds: float = 60.0  # to receive its whole body
+    request_deadline_seconds: float = 600.0  # from arrival until the answer starts, failover included
+    offload_bytes: int = 262_144  # larger bodies are parsed and inspected off the event loop
+
+
+@dataclass(frozen=True)
 class Config:
     source: Path
     host: str
@@ -158,6 +175,7 @@ class Config:
     drain_seconds: float = 25.0  # on SIGTERM/SIGINT: how long in-flight requests may take to finish
     pii: PiiConfig = field(default_factory=lambda: PiiConfig())
     integrity: IntegrityConfig = field(default_factory=lambda: IntegrityConfig())
+    request_limits: RequestLimits = field(default_factory=lambda: RequestLimits())
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
@@ -269,5 +287,9 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             webhook_url=webhook.get("url"),
             webhook_timeout_seconds=webhook.get("timeout_seconds", 5.0),
         ),
+        request_limits=RequestLimits(**{name: limits[name] for name in _REQUEST_LIMITS if name in limits}),
         raw=document,
     )
+
+
+_REQUEST_LIMITS = tuple(RequestLimits.__dataclass_fields__)

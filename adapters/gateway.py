@@ -11,6 +11,7 @@ plug in as ``Step``s; the executor does not change shape for them.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -27,7 +28,8 @@ from starlette.responses import Response
 from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
 from portcullis.adapters.auth import Authenticator, Principal
 from portcullis.adapters.bundles import BundleManager
-from portcullis.adapters.protocols import ParsedRequest, error_message
+from portcullis.adapters.offload import off_loop, parse_apart
+from portcullis.adapters.protocols import DEFAULT_LIMITS, ParsedRequest, RequestLimits, error_message
 from portcullis.adapters.protocols.routes import Route, route
 from portcullis.adapters.protocols.sse import SSEError, SSEEvent, SSEParser
 from portcullis.adapters.providers import Provider, UpstreamResponse, UpstreamUnreachable
@@ -54,7 +56,8 @@ FALLBACK_HEADER = "x-portcullis-model-fallback"
 # it too, so they go back to the client. Any other non-2xx (overload, rate limits,
 # timeouts, a target's expired credential or unknown model ID, a redirect) is about
 # that target, and the next authorised one is tried.
-CLIENT_ERROR_STATUS = frozenset({400, 413, 422})
+CLIENT_ERROR_STATUS = frozenset({400, 413, 422, 431})
+ERROR_CODE_HEADER = "x-portcullis-error-code"
 
 
 @dataclass
@@ -127,6 +130,7 @@ class Gateway:
         max_request_bytes: int,
         max_attempts: int,
         today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.UTC).date(),
+        limits: RequestLimits = DEFAULT_LIMITS,
     ) -> None:
         self._bundles = bundles
         self._auth = authenticator
@@ -137,17 +141,18 @@ class Gateway:
         self._max_request_bytes = max_request_bytes
         self._max_attempts = max_attempts
         self._today = today
+        self._limits = limits
 
     # --- the pipeline ------------------------------------------------------------
 
     async def handle(self, http: Request, protocol: ModuleType) -> Response | RelayedStream:
-        exchange = Exchange(new_request_id(), protocol, time.monotonic())
+        exchange = Exchange(request_id_of(http), protocol, time.monotonic())
         stage = "authenticate"
         try:
             exchange.principal = await self._auth.authenticate(http.headers, client_address(http))
             stage = "parse"
-            raw = await read_body(http, self._max_request_bytes)
-            exchange.request = protocol.parse(raw, http.headers, http.scope["query_string"].decode("latin-1"))
+            raw = await read_body(http, self._max_request_bytes, self._limits.body_timeout_seconds)
+            exchange.request = await self._parse(protocol, raw, http)
             exchange.request.session = session_of(http.headers)
             exchange.request.hop = http.headers.get(HOP_HEADER)
             stage = "decide"
@@ -171,10 +176,37 @@ class Gateway:
         except AuditUnavailable:  # fail closed: nothing unaudited goes upstream
             return await self._refuse_unaudited(exchange)
         try:
-            return await self._dispatch(exchange)
+            return await self._dispatch_within_deadline(exchange)
         except Exception:  # a gateway bug: the started record still gets its outcome
             log.exception("request %s: unexpected error during dispatch", exchange.request_id)
             return await self._finish_failed(exchange, GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error"))
+
+    async def _parse(self, protocol: ModuleType, raw: bytes, http: Request) -> ParsedRequest:
+        """Stage 2. A large body is parsed and validated on a worker thread: the walk is
+        pure Python, and the event loop must keep serving every other client meanwhile."""
+        query = http.scope["query_string"].decode("latin-1")
+        if len(raw) <= self._limits.offload_bytes:
+            return protocol.parse(raw, http.headers, query, self._limits)
+        parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, self._limits)
+        if refusal is not None:
+            raise refusal
+        assert parsed is not None
+        return parsed
+
+    async def _dispatch_within_deadline(self, exchange: Exchange) -> Response | RelayedStream:
+        """Stage 7 within the request's total deadline (``limits.request_deadline_seconds``,
+        counted from arrival): however many targets stall in turn, the client gets its
+        answer started, or a 504, in bounded time."""
+        deadline = asyncio.get_running_loop().time() + self._limits.request_deadline_seconds - (time.monotonic() - exchange.started)
+        scope = asyncio.timeout_at(deadline)
+        try:
+            async with scope:
+                return await self._dispatch(exchange)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            error = GatewayError(ErrorKind.TIMEOUT, "the request did not get an answer within the gateway's deadline", code="request_deadline")
+            return await self._finish_failed(exchange, error)
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
         """Stage 7: try authorised targets in order until one answers. Nothing has been
@@ -185,7 +217,7 @@ class Gateway:
             provider = self._providers[target.provider]
             pair = route(exchange.request.protocol, provider.protocol or exchange.request.protocol)
             try:
-                body = pair.upstream_body(exchange.request, target)
+                body = await off_loop(len(exchange.request.raw), pair.upstream_body, exchange.request, target)
             except GatewayError as error:  # this target cannot express the request; another might
                 self._attempt(exchange, target, "unconvertible")
                 last_error = error
@@ -469,7 +501,9 @@ class Gateway:
         return {**headers, **exchange.headers}
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:
-        headers = {"x-portcullis-request-id": exchange.request_id, "request-id": exchange.request_id}
+        headers = {"x-portcullis-request-id": exchange.request_id, "request-id": exchange.request_id, ERROR_CODE_HEADER: error.error_code}
+        if error.kind is ErrorKind.REQUEST_TIMEOUT:
+            headers["connection"] = "close"  # the rest of a body that came too slowly is not read
         if error.retry_after is not None:
             headers["retry-after"] = str(error.retry_after)
         self._log(exchange, error.kind.status, error.code or error.kind.name.lower())
@@ -520,21 +554,27 @@ def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest) -
         raise GatewayError(ErrorKind.INTERNAL, "the gateway's policy could not decide this request", code="policy_error") from None
 
 
-async def read_body(http: Request, limit: int) -> bytes:
-    """Stage 2's bound: refuse a body over ``limit`` without buffering all of it."""
+async def read_body(http: Request, limit: int, seconds: float | None = None) -> bytes:
+    """Stage 2's bounds: refuse a body over ``limit`` without buffering all of it, and
+    one that takes longer than ``seconds`` to arrive (a slow drip holds a
+    connection and a buffer for as long as the client likes)."""
     declared = http.headers.get("content-length", "")
+    too_large = GatewayError(ErrorKind.REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes", code="body_too_large")
     if declared.isdigit() and int(declared) > limit:
-        raise GatewayError(ErrorKind.REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes")
+        raise too_large
     chunks, size = [], 0
     try:
-        async for chunk in http.stream():
-            size += len(chunk)
-            if size > limit:
-                raise GatewayError(ErrorKind.REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
+        async with asyncio.timeout(seconds):
+            async for chunk in http.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
     except ClientDisconnect:
-        raise GatewayError(ErrorKind.INVALID_REQUEST, "the client disconnected while sending the request") from None
-    return b"".join(chunks)
+        raise GatewayError(ErrorKind.INVALID_REQUEST, "the client disconnected while sending the request", code="client_disconnected") from None
+    except TimeoutError:
+        raise GatewayError(ErrorKind.REQUEST_TIMEOUT, f"the request body did not arrive within {seconds:g} seconds", code="body_timeout") from None
+    return await off_loop(size, b"".join, chunks)
 
 
 SESSION_HEADERS = ("x-portcullis-session-id", "x-claude-code-session-id")
@@ -552,6 +592,14 @@ def session_of(headers: Mapping[str, str]) -> str | None:
 
 def client_address(http: Request) -> str:
     return http.client.host if http.client else "unknown"
+
+
+def request_id_of(http: Request) -> str:
+    """The id the request-id middleware gave this request (one id per request, in every
+    header, log line and audit record), or a new one outside it."""
+    state = http.scope.get("state")
+    given = state.get("request_id") if isinstance(state, dict) else None
+    return given if isinstance(given, str) else new_request_id()
 
 
 def new_request_id() -> str:
@@ -576,12 +624,15 @@ async def _upstream_error(upstream: UpstreamResponse) -> GatewayError:
         )
     if status in CLIENT_ERROR_STATUS:
         message = error_message(body) or f"the provider rejected the request (status {status})"
-        kind = ErrorKind.REQUEST_TOO_LARGE if status == 413 else ErrorKind.INVALID_REQUEST
+        kind = _CLIENT_ERROR_KINDS.get(status, ErrorKind.INVALID_REQUEST)
         return GatewayError(kind, f"provider: {_clip(message)}", code="upstream_invalid_request")
     if status >= 500 or status == 408:
         return GatewayError(ErrorKind.UPSTREAM, f"the provider failed (status {status})", code="upstream_error")
     log.warning("provider refused the gateway's request with status %d; check the provider's credential, base_url and model IDs", status)
     return GatewayError(ErrorKind.UPSTREAM, "the provider refused the gateway's request", code="upstream_refused")
+
+
+_CLIENT_ERROR_KINDS = {413: ErrorKind.REQUEST_TOO_LARGE, 431: ErrorKind.HEADERS_TOO_LARGE}
 
 
 def _bound_tokens(exchange: Exchange) -> int:

@@ -78,9 +78,10 @@ def test_body_over_the_limit_is_413_declared_or_streamed(gateway: Gateway, fakes
 
 def test_unknown_paths_and_methods_answer_in_json(gateway: Gateway) -> None:
     missing = httpx.post(f"{gateway.url}/v1/nothing-here", json={})
-    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_route"
     wrong_method = httpx.get(f"{gateway.url}/v1/messages")
-    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["type"] == "invalid_request_error"
+    assert "POST" in wrong_method.headers["allow"]
 
 
 def test_upstream_validation_error_is_relayed_as_400(gateway: Gateway, fakes: Fakes) -> None:

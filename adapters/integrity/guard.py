@@ -15,7 +15,6 @@ operator's prompt (with its canary) is never mistaken for the client's data.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from portcullis.adapters.gateway import ResponseGuard, Step
 from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, count_findings, inspect_arguments, withheld
 from portcullis.adapters.integrity.scan_cache import ScanCache
 from portcullis.adapters.integrity.webhook import Webhook
+from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.integrity import hop
@@ -80,7 +80,7 @@ class PromptIntegrity(Step):
         claim = hop.read(self._hop_key, request.hop, int(time.time())) if self._hop_key and request.hop else None
         state = exchange.integrity = IntegrityState(claim.boundary if claim else None)
         if policy.scan_surfaces:
-            self._scan(exchange, protocol, policy, record, state.boundary)
+            await self._scan(exchange, protocol, policy, record, state.boundary)
         changed = False
         if policy.spotlight and state.boundary is None:  # an authentic previous hop has wrapped them already
             boundary = boundary_for(self._spotlight_key, _scope(exchange))
@@ -96,7 +96,7 @@ class PromptIntegrity(Step):
                 protocol.insert_system_prompt(request.body, prompt.text)
                 changed = True
         if changed:
-            request.raw = json.dumps(request.body, ensure_ascii=False, separators=(",", ":")).encode()
+            request.raw = await serialised(request.body, len(request.raw))  # off the event loop when large
 
     def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
         policy = exchange.plan.integrity if exchange.plan is not None else None
@@ -123,7 +123,7 @@ class PromptIntegrity(Step):
 
     # --- layer C ---------------------------------------------------------------------------
 
-    def _scan(self, exchange: Exchange, protocol: ModuleType, policy: IntegrityPolicy, record: dict[str, Any], hop_boundary: str | None) -> None:
+    async def _scan(self, exchange: Exchange, protocol: ModuleType, policy: IntegrityPolicy, record: dict[str, Any], hop_boundary: str | None) -> None:
         assert exchange.request is not None and exchange.bundle is not None
         seen: list[tuple[str, str]] = []
         protocol.visit_prompt(exchange.request.body, lambda surface, text: seen.append((surface, text)) or text)
@@ -145,7 +145,7 @@ class PromptIntegrity(Step):
                 results[text] = cached
         if missing:
             try:
-                fresh = exchange.bundle.scan_injections(list(missing))
+                fresh = await off_loop(sum(map(len, missing)), exchange.bundle.scan_injections, list(missing))  # compiled set, no regorus
             except PolicyError as error:  # a scanner that cannot run refuses; it never waves a request through
                 log.error("request %s: injection scan failed: %s", exchange.request_id, error)
                 raise GatewayError(ErrorKind.INTERNAL, "the gateway's injection scanner could not check this request", code="policy_error") from None

@@ -18,7 +18,6 @@ After dispatch: placeholders the answer repeats are put back (``Restorer``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.gateway import ResponseGuard, Step
+from portcullis.adapters.offload import serialised
 from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternDetector
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
@@ -136,7 +136,7 @@ class PiiGuard(Step):
 
         protocol.visit_prompt(request.body, transform)
         if changed:
-            request.raw = json.dumps(request.body, ensure_ascii=False, separators=(",", ":")).encode()
+            request.raw = await serialised(request.body, len(request.raw))  # off the event loop when large
         exchange.pii = state
         record["actions"] = judged.actions
         record["session"] = state.session_scope is not None

@@ -8,13 +8,17 @@ from typing import Any
 
 from portcullis.adapters.protocols import (
     ANTHROPIC_MESSAGES,
+    DEFAULT_LIMITS,
+    Inserted,
     ParsedRequest,
+    RequestLimits,
+    anthropic_messages_validator,
+    forwarded_headers,
     invalid,
     optional_bool,
     optional_list,
     optional_positive_int,
     parse_json_object,
-    require_list,
     require_string,
 )
 from portcullis.adapters.protocols.sse import SSEEvent, encode, event_of
@@ -51,7 +55,10 @@ _ERROR_TYPES = {
     ErrorKind.PAYMENT_REQUIRED: "billing_error",
     ErrorKind.PERMISSION: "permission_error",
     ErrorKind.NOT_FOUND: "not_found_error",
+    ErrorKind.METHOD_NOT_ALLOWED: "invalid_request_error",
+    ErrorKind.REQUEST_TIMEOUT: "timeout_error",
     ErrorKind.REQUEST_TOO_LARGE: "request_too_large",
+    ErrorKind.HEADERS_TOO_LARGE: "request_too_large",
     ErrorKind.RATE_LIMITED: "rate_limit_error",
     ErrorKind.INTERNAL: "api_error",
     ErrorKind.UPSTREAM: "api_error",
@@ -60,53 +67,24 @@ _ERROR_TYPES = {
 }
 
 
-def parse(raw: bytes, headers: Mapping[str, str], query: str = "") -> ParsedRequest:
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
     body = parse_json_object(raw)
     model = require_string(body, "model")
-    messages = require_list(body, "messages")
     max_tokens = optional_positive_int(body, "max_tokens")
+    stream = optional_bool(body, "stream")
+    needs = anthropic_messages_validator.validate(body, limits)
     if max_tokens is None:
         raise invalid("max_tokens: field required")
-    stream = optional_bool(body, "stream")
-    system = body.get("system")
-    if system is not None and not isinstance(system, str | list):
-        raise invalid("system: expected a string or an array of content blocks")
     tools = optional_list(body, "tools")
     thinking = body.get("thinking")
-    if thinking is not None and not isinstance(thinking, dict):
-        raise invalid("thinking: expected an object")
     requires = ["streaming"] if stream else []
     if tools:
         requires.append("tools")
     if thinking and thinking.get("type") in ("enabled", "adaptive"):
         requires.append("thinking")
-    requires.extend(sorted(_content_needs(messages)))
-    forward = {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
+    requires.extend(sorted(needs))
+    forward = forwarded_headers(headers, FORWARDED_HEADERS, limits)
     return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, forward, _beta_query(query), tools=declared_tools(body))
-
-
-def _content_needs(messages: list[Any]) -> set[str]:
-    needs: set[str] = set()
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise invalid(f"messages[{i}]: expected an object")
-        content = message.get("content")
-        if isinstance(content, list):
-            _scan_blocks(content, needs)
-    return needs
-
-
-def _scan_blocks(blocks: list[Any], needs: set[str]) -> None:
-    for block in blocks:
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind == "image":
-            needs.add("vision")
-        elif kind == "document":
-            needs.add("documents")
-        elif kind == "tool_result" and isinstance(block.get("content"), list):
-            _scan_blocks(block["content"], needs)
 
 
 def _beta_query(query: str) -> str:
@@ -118,11 +96,16 @@ def _beta_query(query: str) -> str:
 
 
 def error_body(error: GatewayError, request_id: str) -> bytes:
-    return json.dumps({"type": "error", "error": {"type": _ERROR_TYPES[error.kind], "message": error.message}, "request_id": request_id}).encode()
+    return json.dumps({"type": "error", "error": _error_object(error), "request_id": request_id}).encode()
 
 
 def stream_error(error: GatewayError) -> bytes:
-    return encode({"type": "error", "error": {"type": _ERROR_TYPES[error.kind], "message": error.message}}, "error")
+    return encode({"type": "error", "error": _error_object(error)}, "error")
+
+
+def _error_object(error: GatewayError) -> dict[str, Any]:
+    # ``code`` is Portcullis's own: the SDKs keep extra members of ``error`` (body, .error).
+    return {"type": _ERROR_TYPES[error.kind], "message": error.message, "code": error.error_code}
 
 
 # --- egress -----------------------------------------------------------------------
@@ -362,7 +345,7 @@ def stream_ends(event: Mapping[str, Any]) -> list[Any]:
 def insert_system_prompt(body: dict[str, Any], text: str) -> None:
     """The policy prompt as the first system block, its own block, so the client's
     blocks (and their cache_control breakpoints) follow it unchanged."""
-    block = {"type": "text", "text": text}
+    block = Inserted(type="text", text=text)
     system = body.get("system")
     if isinstance(system, list):
         system.insert(0, block)

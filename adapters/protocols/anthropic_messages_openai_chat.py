@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from portcullis.adapters.protocols import invalid
+from portcullis.adapters.protocols import client_index, invalid
 from portcullis.adapters.protocols.sse import SSEEvent, encode
-from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 from portcullis.engine.plan import Target
 
 TARGET = "an OpenAI-compatible Chat provider"
@@ -70,7 +70,7 @@ def _text_content(content: Any, where: str) -> str | list[dict[str, Any]]:
     parts = []
     for j, block in enumerate(content):
         if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise invalid(f"{where}[{j}]: only text blocks can be converted for {TARGET}")
+            raise invalid(f"{where}[{client_index(content, j)}]: only text blocks can be converted for {TARGET}")
         parts.append({"type": "text", "text": block["text"]})
     return parts[0]["text"] if len(parts) == 1 else parts
 
@@ -82,7 +82,7 @@ def _message(message: Any, where: str) -> list[dict[str, Any]]:
     if role == "system":  # some agents send system turns inside messages; Chat has them too
         return [{"role": "system", "content": _text_content(content, f"{where}.content")}]
     if role not in ("user", "assistant"):
-        raise invalid(f"{where}.role: {role!r} cannot be converted for {TARGET}")
+        raise invalid(f"{where}.role: {excerpt(role)} cannot be converted for {TARGET}")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
@@ -108,7 +108,7 @@ def _user_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
                 text = f"[tool error] {text}"
             results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text})
         else:
-            raise invalid(f"{at}: block type {kind!r} cannot be converted for {TARGET}")
+            raise invalid(f"{at}: block type {excerpt(kind)} cannot be converted for {TARGET}")
     if parts:
         results.append({"role": "user", "content": parts})
     return results
@@ -157,7 +157,7 @@ def _assistant_turn(blocks: list[Any], where: str) -> dict[str, Any]:
         elif kind in ("thinking", "redacted_thinking"):
             continue
         else:
-            raise invalid(f"{where}.content[{j}]: block type {kind!r} cannot be converted for {TARGET}")
+            raise invalid(f"{where}.content[{j}]: block type {excerpt(kind)} cannot be converted for {TARGET}")
     turn: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         turn["tool_calls"] = calls

@@ -8,9 +8,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from portcullis.adapters.protocols import (
+    DEFAULT_LIMITS,
     OPENAI_CHAT,
+    Inserted,
     ParsedRequest,
+    RequestLimits,
     invalid,
+    openai_chat_validator,
     optional_bool,
     optional_list,
     optional_positive_int,
@@ -52,7 +56,10 @@ _ERROR_TYPES = {
     ErrorKind.PAYMENT_REQUIRED: ("insufficient_quota", None),
     ErrorKind.PERMISSION: ("permission_error", None),
     ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
+    ErrorKind.METHOD_NOT_ALLOWED: ("invalid_request_error", None),
+    ErrorKind.REQUEST_TIMEOUT: ("invalid_request_error", "timeout"),
     ErrorKind.REQUEST_TOO_LARGE: ("invalid_request_error", "request_too_large"),
+    ErrorKind.HEADERS_TOO_LARGE: ("invalid_request_error", "request_too_large"),
     ErrorKind.RATE_LIMITED: ("rate_limit_error", "rate_limit_exceeded"),
     ErrorKind.INTERNAL: ("server_error", None),
     ErrorKind.UPSTREAM: ("server_error", None),
@@ -61,36 +68,24 @@ _ERROR_TYPES = {
 }
 
 
-def parse(raw: bytes, headers: Mapping[str, str], query: str = "") -> ParsedRequest:
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
     body = parse_json_object(raw)
     model = require_string(body, "model")
     messages = require_list(body, "messages")
     if not messages:
         raise invalid("messages: must contain at least one message")
     stream = optional_bool(body, "stream")
-    max_tokens = optional_positive_int(body, "max_completion_tokens") or optional_positive_int(body, "max_tokens")
+    current, legacy = optional_positive_int(body, "max_completion_tokens"), optional_positive_int(body, "max_tokens")
+    max_tokens = current or legacy
     choices = optional_positive_int(body, "n") or 1
-    stream_options = body.get("stream_options")
-    if stream_options is not None and not isinstance(stream_options, dict):
-        raise invalid("stream_options: expected an object")
+    images = openai_chat_validator.validate(body, limits)
     tools = optional_list(body, "tools")
     requires = ["streaming"] if stream else []
     if tools:
         requires.append("tools")
-    if _has_images(messages):
+    if images:
         requires.append("vision")
     return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, choices=choices, tools=declared_tools(body))
-
-
-def _has_images(messages: list[Any]) -> bool:
-    found = False
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise invalid(f"messages[{i}]: expected an object")
-        content = message.get("content")
-        if isinstance(content, list):
-            found = found or any(isinstance(part, dict) and part.get("type") == "image_url" for part in content)
-    return found
 
 
 def client_wants_usage(request: ParsedRequest) -> bool:
@@ -111,7 +106,7 @@ def stream_error(error: GatewayError) -> bytes:
 
 def _error_object(error: GatewayError) -> dict[str, Any]:
     kind, native_code = _ERROR_TYPES[error.kind]  # OpenAI's own code where it has one, so SDK users' checks work
-    return {"message": error.message, "type": kind, "param": None, "code": native_code or error.code}
+    return {"message": error.message, "type": kind, "param": None, "code": native_code or error.error_code}
 
 
 # --- egress -----------------------------------------------------------------------
@@ -312,7 +307,7 @@ def insert_system_prompt(body: dict[str, Any], text: str) -> None:
     role the client uses for instructions (``developer`` or ``system``)."""
     messages = body["messages"]
     role = "developer" if any(isinstance(m, dict) and m.get("role") == "developer" for m in messages) else "system"
-    messages.insert(0, {"role": role, "content": text})
+    messages.insert(0, Inserted(role=role, content=text))
 
 
 def leading_instructions(body: Mapping[str, Any]) -> str | None:

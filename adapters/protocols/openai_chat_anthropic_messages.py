@@ -10,8 +10,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from portcullis.adapters.protocols import invalid
+from portcullis.adapters.protocols import client_index, invalid
 from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.engine.errors import excerpt
 from portcullis.engine.plan import Target
 
 TARGET = "Anthropic Messages"
@@ -88,7 +89,7 @@ def _messages(messages: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str,
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        where = f"messages[{i}]"
+        where = f"messages[{client_index(messages, i)}]"
         role = message.get("role")
         unknown = set(message) - {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
         if unknown:
@@ -107,7 +108,7 @@ def _messages(messages: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str,
             text = "".join(_texts(message.get("content"), where))
             _append(turns, "user", [{"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": text}])
         else:
-            raise invalid(f"{where}.role: {role!r} cannot be converted to {TARGET}")
+            raise invalid(f"{where}.role: {excerpt(role)} cannot be converted to {TARGET}")
     return system, turns
 
 
@@ -146,7 +147,7 @@ def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
         elif kind == "image_url":
             blocks.append(_image(part.get("image_url"), f"{where}.content[{j}]"))
         else:
-            raise invalid(f"{where}.content[{j}]: part type {kind!r} cannot be converted to {TARGET}")
+            raise invalid(f"{where}.content[{j}]: part type {excerpt(kind)} cannot be converted to {TARGET}")
     return blocks
 
 

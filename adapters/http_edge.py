@@ -1,0 +1,113 @@
+"""What every HTTP response passes through, whatever route served it: one request id
+per request (``request-id`` / ``x-portcullis-request-id``), and answers for paths
+and methods the gateway does not serve, in the shape of the protocol the path
+belongs to, so a client's SDK reads them and an operator sees who is failing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from portcullis.adapters.gateway import ERROR_CODE_HEADER, new_request_id
+from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
+
+log = logging.getLogger("portcullis.http")
+
+REQUEST_ID_HEADERS = (b"request-id", b"x-portcullis-request-id")
+
+
+class RequestIds:
+    """ASGI middleware: gives each request its id before any route runs (the gateway
+    reuses it) and adds the id headers to any response that lacks them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_for(scope)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name for name, _ in message.get("headers", ())}
+                missing = [(name, request_id.encode()) for name in REQUEST_ID_HEADERS if name not in present]
+                if missing:
+                    message = {**message, "headers": [*message.get("headers", ()), *missing]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def request_id_for(scope: Scope) -> str:
+    state = scope.setdefault("state", {})
+    if not isinstance(state.get("request_id"), str):
+        state["request_id"] = new_request_id()
+    return state["request_id"]
+
+
+# --- unknown routes and methods --------------------------------------------------------
+
+BEDROCK_PREFIX = "/model/"
+_AWS_ERROR_TYPES = {404: "UnknownOperationException", 405: "UnknownOperationException", 500: "InternalServerException"}
+
+
+def family_of(request: Request) -> str:
+    """The protocol a path belongs to: Bedrock Runtime (``/model/...``), Anthropic (its
+    paths, or any request that carries ``anthropic-version``), OpenAI (the rest of /v1)."""
+    path = request.url.path
+    if path.startswith(BEDROCK_PREFIX):
+        return "aws"
+    if path.startswith("/v1/messages") or path.startswith("/v1/complete") or "anthropic-version" in request.headers:
+        return "anthropic"
+    if path.startswith("/v1/"):
+        return "openai"
+    return "generic"
+
+
+def route_error(request: Request, status: int, allowed: str | None = None) -> Response:
+    """A 404 or 405 in the shape of the path's protocol, logged with its request id."""
+    request_id = request_id_for(request.scope)
+    family = family_of(request)
+    path = excerpt(request.url.path)
+    kind = ErrorKind.NOT_FOUND if status == 404 else ErrorKind.METHOD_NOT_ALLOWED
+    method = request.method if request.method.isalpha() and len(request.method) <= 16 else excerpt(request.method)  # the parser admits only tokens
+    message = f"this gateway does not serve {method} {path}" if status == 404 else f"{path} does not accept {method}"
+    code = "unknown_route" if status == 404 else "method_not_allowed"
+    log.info("%s unknown route family=%s method=%s path=%s status=%d", request_id, family, method, path, status)
+    headers = {ERROR_CODE_HEADER: code}
+    if allowed:
+        headers["allow"] = allowed
+    return protocol_error(family, GatewayError(kind, message, code=code), request_id, headers)
+
+
+def protocol_error(family: str, error: GatewayError, request_id: str, headers: dict[str, str] | None = None) -> Response:
+    headers = {ERROR_CODE_HEADER: error.error_code, **(headers or {})}
+    status = error.kind.status
+    body: Any
+    if family == "anthropic":
+        return Response(anthropic_messages.error_body(error, request_id), status, headers=headers, media_type="application/json")
+    if family == "aws":
+        # botocore reads the error type from this header and the message from the body.
+        headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(status, "ValidationException")
+        headers["x-amzn-RequestId"] = request_id
+        body = {"message": error.message}
+    elif family == "openai":
+        if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED):  # not a model: OpenAI's own code for these is none
+            body = {"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}
+        else:
+            return Response(openai_chat.error_body(error, request_id), status, headers=headers, media_type="application/json")
+    else:  # readable by both SDK families: Anthropic's envelope around OpenAI's error object
+        body = {"type": "error", "error": {"type": _generic_type(error.kind), "message": error.message, "code": error.error_code, "param": None}}
+    return Response(json.dumps(body).encode(), status, headers=headers, media_type="application/json")
+
+
+def _generic_type(kind: ErrorKind) -> str:
+    return {ErrorKind.NOT_FOUND: "not_found_error", ErrorKind.INTERNAL: "api_error"}.get(kind, "invalid_request_error")
