@@ -20,6 +20,7 @@ from typing import Any
 
 import re2
 
+from portcullis.engine.integrity.deobfuscate import reading
 from portcullis.engine.integrity.injection import ScanResult
 
 _HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
@@ -35,7 +36,11 @@ class ScannerError(ValueError):
 
 
 class Scanner:
-    def __init__(self, rules: Sequence[Mapping[str, Any]]) -> None:
+    """``deobfuscate``: whether the rules also read what obfuscation hid (on by
+    default; off only to measure what the layer adds)."""
+
+    def __init__(self, rules: Sequence[Mapping[str, Any]], deobfuscate: bool = True) -> None:
+        self._deobfuscate = deobfuscate
         self._ids = [rule["id"] for rule in rules]
         self._weights = [int(rule["weight"]) for rule in rules]
         options = re2.Options()
@@ -52,7 +57,8 @@ class Scanner:
     def scan(self, text: str) -> ScanResult:
         if self._set is None:
             return ScanResult((), 0)
-        matched = sorted(self._set.Match(normalised_utf8(text)) or ())
+        read = rules_read(text).encode() if self._deobfuscate else normalised_utf8(text)
+        matched = sorted(self._set.Match(read) or ())
         return ScanResult(tuple(self._ids[i] for i in matched), sum(self._weights[i] for i in matched))
 
 
@@ -76,3 +82,9 @@ def normalised_utf8(text: str) -> bytes:
 def normalise(text: str) -> str:
     """The same, as text: what the Rego reference is given."""
     return normalised_utf8(text).decode() if not text.isascii() or "\x0b" in text else text
+
+
+def rules_read(text: str) -> str:
+    """What the rules match against: the normalised text and what de-obfuscation finds
+    in it. The Rego reference is given exactly this."""
+    return reading(normalise(text))
