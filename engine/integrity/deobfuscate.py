@@ -47,15 +47,24 @@ _AS_LATIN = str.maketrans(_LOOK_ALIKES, "aeopcyxijsdhlqwbkmhtABEKMHOPCTXIJSYaeik
 _LEET_RUN = r"(?:[A-Za-z]*[0-9@$][A-Za-z][A-Za-z0-9@$]*[\s,.;:!?]+){2}[A-Za-z]*[0-9@$][A-Za-z]"
 _LEET = str.maketrans("01345789@$", "oieastbgas")
 # Letter-by-letter spelling: four single letters (any script), one separator between.
-_LETTER = r"[^\s!-/:-@\[-`{-~]"
+_LETTER = r"[^\s!-@\[-`{-~]"  # not a space, digit or ASCII punctuation
 _SEPARATOR = r"[ .\-_*·/|+]"
-_SPELLED_RUN = rf"(?:^|[\s!-/:-@\[-`{{-~]){_LETTER}{_SEPARATOR}{_LETTER}{_SEPARATOR}{_LETTER}{_SEPARATOR}{_LETTER}"
-# A run of base64 letters with a digit in it, long enough to carry words.
-_BASE64_RUN = r"[A-Za-z0-9+/_-]{15,}[0-9]|[0-9][A-Za-z0-9+/_-]{15,}|[A-Za-z0-9+/_-]{6,}[0-9][A-Za-z0-9+/_-]{6,}"
+_SPELLED_RUN = rf"(?:^|[\s!-@\[-`{{-~]){_LETTER}{_SEPARATOR}{_LETTER}{_SEPARATOR}{_LETTER}{_SEPARATOR}{_LETTER}"
+# A run of base64 letters long enough to carry words, with a digit in it (and, for the
+# URL-safe alphabet, whose "_" and "-" also join identifiers, a capital as well).
+_BASE64_RUN = (
+    r"[A-Za-z0-9+/]{15,}[0-9]|[0-9][A-Za-z0-9+/]{15,}|[A-Za-z0-9+/]{6,}[0-9][A-Za-z0-9+/]{6,}"
+    r"|[A-Za-z0-9_-]{4,}[A-Z][A-Za-z0-9_-]{0,}[0-9][A-Za-z0-9_-]{4,}|[A-Za-z0-9_-]{4,}[0-9][A-Za-z0-9_-]{0,}[A-Z][A-Za-z0-9_-]{4,}"
+)
+# Characters whose compatibility form is a plain letter or digit: mathematical
+# alphanumerics, enclosed and letter-like symbols, ligatures, super- and subscripts,
+# half- and full-width forms. Typographic punctuation (…, µ, ²) is not a disguise.
+_COMPATIBILITY = "[\u1d2c-\u1d6a\u2070-\u209f\u2100-\u214f\u2460-\u24ff\u3200-\u33ff\ufb00-\ufb06\uff00-\uffef\U0001d400-\U0001d7ff\U0001f100-\U0001f1ff]"
 
-_STEPS = ("invisible", "look_alike", "leet", "spelled", "tag", "percent", "reference", "base64")
+_STEPS = ("invisible", "compatibility", "look_alike", "leet", "spelled", "tag", "percent", "reference", "base64")
 _TRIGGERS = {
     "invisible": _INVISIBLE,
+    "compatibility": _COMPATIBILITY,
     "look_alike": f"[{_LOOK_ALIKES}]",
     "leet": _LEET_RUN,
     "spelled": _SPELLED_RUN,
@@ -79,9 +88,10 @@ _INVISIBLE_CHARS = re.compile(_INVISIBLE)
 _TAGS = re.compile(_TAG + "+")
 _WORD = re.compile(r"[^\W\d_]+")
 _LATIN = re.compile(r"[A-Za-z]")
-_NON_LATIN_LETTER = re.compile("[\u0370-\u03ff\u0400-\u04ff]")
+_NOT_ASCII_LETTER = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
+_GREEK_CYRILLIC_LEADS = (b"\xcd", b"\xce", b"\xcf", b"\xd0", b"\xd1", b"\xd2", b"\xd3")  # U+0340–U+04FF
 _LEET_WORD = re.compile(r"(?<![\w@$%])(?=[A-Za-z0-9@$]*[0-9@$][A-Za-z])[A-Za-z0-9@$]{3,20}(?![\w@$])")
-_SPELLED = re.compile(r"(?<![^\W_])[^\W_](?:(?P<sep>[ .\-_*·/|+])[^\W_])(?:(?P=sep)[^\W_]){2,}(?![^\W_])")
+_SPELLED = re.compile(r"(?<![^\W_])[^\W\d_](?:(?P<sep>[ .\-_*·/|+])[^\W\d_])(?:(?P=sep)[^\W\d_]){2,}(?![^\W_])")
 # Base64 candidates: every byte outside the alphabets becomes a space, then split.
 _NOT_BASE64 = bytes(b if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "+/_-") else 32 for b in range(256))
 
@@ -118,11 +128,8 @@ def fold(text: str) -> str:
 
 
 def _steps_for(text: str) -> frozenset[str]:
-    """The steps that can change ``text``, found in one RE2 pass (NFKC aside)."""
-    steps = {_STEPS[i] for i in _TRIGGER_SET.Match(text.encode()) or ()}
-    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
-        steps.add("compatibility")
-    return frozenset(steps)
+    """The steps that can change ``text``, found in one RE2 pass."""
+    return frozenset(_STEPS[i] for i in _TRIGGER_SET.Match(text.encode()) or ())
 
 
 def _visible(text: str, steps: frozenset[str]) -> str:
@@ -134,7 +141,7 @@ def _visible(text: str, steps: frozenset[str]) -> str:
 
 
 def _fold_words(text: str, steps: frozenset[str]) -> str:
-    if "look_alike" in steps or "compatibility" in steps:
+    if "look_alike" in steps:
         text = _as_latin(text)
     if "leet" in steps:
         text = _LEET_WORD.sub(lambda m: m.group().translate(_LEET), text)
@@ -144,7 +151,9 @@ def _fold_words(text: str, steps: frozenset[str]) -> str:
 
 
 def _as_latin(text: str) -> str:
-    latin, other = len(_LATIN.findall(text)), len(_NON_LATIN_LETTER.findall(text))
+    encoded = text.encode()
+    latin = len(encoded.translate(None, _NOT_ASCII_LETTER))
+    other = sum(map(encoded.count, _GREEK_CYRILLIC_LEADS))  # one lead byte per letter in UTF-8, counted by C loops
     if latin > other:  # a Latin text with look-alikes in it: every one is disguise
         return text.translate(_AS_LATIN)
     return _WORD.sub(lambda m: m.group().translate(_AS_LATIN) if _LATIN.search(m.group()) else m.group(), text)
@@ -175,10 +184,10 @@ def _decoded(text: str, steps: frozenset[str], depth: int) -> list[str]:
 
 def _base64_candidates(text: str) -> list[str]:
     """Runs of base64 letters long enough to carry words, with both cases and a digit
-    or symbol (identifiers and plain words have not)."""
+    or symbol (most identifiers and plain words have not)."""
     runs = text.encode("utf-8", "replace").translate(_NOT_BASE64).split()
     long_runs = itertools.compress(runs, map(MIN_ENCODED.__le__, map(len, runs)))  # C loops: a long text has many words
-    return [run.decode() for run in long_runs if not run.isalpha() and not run.islower() and not run.isupper() and not run.isdigit()]
+    return [run.decode() for run in long_runs if not run.isalpha() and run.lower() != run and run.upper() != run]
 
 
 def _base64_text(candidate: str) -> str | None:
