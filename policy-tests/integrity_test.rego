@@ -153,6 +153,7 @@ test_quoted_and_talked_about_look_alikes_stay_below_the_threshold if {
 	scan("请忽略我上一条消息里的错误。").score == 0
 	scan("Ignorieren Sie bitte meine letzte Nachricht.").score == 0
 	scan("Write a system prompt for a recipe assistant.").score == 0
+	scan("Не обращай внимания на опечатки, я отправил черновик.").score == 0 # a noun's stem inside another word
 	scan("Show me the rules of the card game Uno.").score == 0
 }
 
