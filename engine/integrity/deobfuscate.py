@@ -61,11 +61,11 @@ _BASE64_RUN = (
 # half- and full-width forms. Typographic punctuation (…, µ, ²) is not a disguise.
 _COMPATIBILITY = "[\u1d2c-\u1d6a\u2070-\u209f\u2100-\u214f\u2460-\u24ff\u3200-\u33ff\ufb00-\ufb06\uff00-\uffef\U0001d400-\U0001d7ff\U0001f100-\U0001f1ff]"
 
-_STEPS = ("invisible", "compatibility", "look_alike", "leet", "spelled", "tag", "percent", "reference", "base64")
-_TRIGGERS = {
+STEPS = ("invisible", "compatibility", "look_alike", "leet", "spelled", "tag", "percent", "reference", "base64")
+TRIGGERS = {  # step -> a pattern found wherever the step can change the text (RE2 syntax)
     "invisible": _INVISIBLE,
     "compatibility": _COMPATIBILITY,
-    "look_alike": f"[{_LOOK_ALIKES}]",
+    "look_alike": f"[A-Za-z][{_LOOK_ALIKES}]|[{_LOOK_ALIKES}][A-Za-z]",  # inside a word with Latin letters: a Russian text is not disguise
     "leet": _LEET_RUN,
     "spelled": _SPELLED_RUN,
     "tag": _TAG,
@@ -77,8 +77,8 @@ _TRIGGERS = {
 
 def _trigger_set() -> re2.Set:
     found = re2.Set.SearchSet(re2.Options())
-    for step in _STEPS:
-        found.Add(_TRIGGERS[step])
+    for step in STEPS:
+        found.Add(TRIGGERS[step])
     found.Compile()
     return found
 
@@ -100,8 +100,12 @@ def reading(text: str) -> str:
     """``text`` (normalised) followed by its folded view and decoded segments, each
     on its own line when it adds something."""
     steps = _steps_for(text)
-    if not steps:
-        return text
+    return read_with(text, steps) if steps else text
+
+
+def read_with(text: str, steps: frozenset[str]) -> str:
+    """``reading`` for a text whose steps are known (the scanner finds them in the same
+    RE2 pass as its rules)."""
     views = [text]
     visible = _visible(text, steps)
     folded = _fold_words(visible, steps)
@@ -128,8 +132,12 @@ def fold(text: str) -> str:
 
 
 def _steps_for(text: str) -> frozenset[str]:
-    """The steps that can change ``text``, found in one RE2 pass."""
-    return frozenset(_STEPS[i] for i in _TRIGGER_SET.Match(text.encode()) or ())
+    return _steps_in(text.encode())
+
+
+def _steps_in(data: bytes) -> frozenset[str]:
+    """The steps that can change the text ``data`` encodes, found in one RE2 pass."""
+    return frozenset(STEPS[i] for i in _TRIGGER_SET.Match(data) or ())
 
 
 def _visible(text: str, steps: frozenset[str]) -> str:
