@@ -31,6 +31,7 @@ from urllib.parse import unquote_plus
 import re2
 
 MAX_SEGMENTS = 16  # decoded segments per text: bounds the work an adversarial text can cause
+MAX_CANDIDATES = 256  # base64-looking runs tried per text
 MAX_DECODED_CHARS = 65_536
 MIN_ENCODED = 16  # shorter base64 hides too little to carry an instruction
 
@@ -132,12 +133,8 @@ def fold(text: str) -> str:
 
 
 def _steps_for(text: str) -> frozenset[str]:
-    return _steps_in(text.encode())
-
-
-def _steps_in(data: bytes) -> frozenset[str]:
-    """The steps that can change the text ``data`` encodes, found in one RE2 pass."""
-    return frozenset(STEPS[i] for i in _TRIGGER_SET.Match(data) or ())
+    """The steps that can change ``text``, found in one RE2 pass."""
+    return frozenset(STEPS[i] for i in _TRIGGER_SET.Match(text.encode()) or ())
 
 
 def _visible(text: str, steps: frozenset[str]) -> str:
@@ -177,7 +174,7 @@ def _decoded(text: str, steps: frozenset[str], depth: int) -> list[str]:
     if "tag" in steps:
         found.append(" ".join("".join(chr(ord(c) - 0xE0000) for c in run) for run in _TAGS.findall(text)))
     if "base64" in steps:
-        for candidate in _base64_candidates(text):
+        for candidate in _base64_candidates(text)[:MAX_CANDIDATES]:
             if len(found) >= MAX_SEGMENTS:
                 break
             decoded = _base64_text(candidate)
