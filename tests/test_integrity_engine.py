@@ -23,7 +23,7 @@ from portcullis.engine.bundle import BundleError, parse_bundle, read_bundle_file
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.integrity import output
 from portcullis.engine.integrity.injection import ScanResult
-from portcullis.engine.integrity.policy import IntegrityPolicy, integrity_problems
+from portcullis.engine.integrity.policy import IntegrityPolicy, PolicyPrompt, integrity_problems
 from portcullis.engine.integrity.spotlight import boundary_for
 from tests.conftest import ROOT, write_bundle
 
@@ -279,6 +279,14 @@ def test_the_canary_is_withheld_before_any_of_it_is_released(size: int) -> None:
     with pytest.raises(GatewayError, match="canary"):
         asyncio.run(go())
     assert "PCX-" not in streamed_text(released)
+
+
+def test_the_canaries_lead_the_policy_prompt_so_a_leak_is_held_from_its_first_character() -> None:
+    prompt = PolicyPrompt.build("a@1,b@2", "Rule one.\n\nRule two.", ("PCX-CANARY-a-1111", "PCX-CANARY-b-2222"), spotlight=True)
+    assert prompt.text.startswith("PCX-CANARY-a-1111 is a confidential marker.")
+    assert prompt.text.index("PCX-CANARY-b-2222") < prompt.text.index("Rule one.") < prompt.text.index("untrusted")
+    for end in range(1, len("PCX-CANARY-a-1111")):  # every prefix of a leak is held back
+        assert output.held_from(prompt.text[:end], prompt.canaries) == 0
 
 
 def test_ordinary_words_are_not_held() -> None:
