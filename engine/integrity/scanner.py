@@ -38,8 +38,8 @@ class ScannerError(ValueError):
 class Scanner:
     """``deobfuscate``: whether the rules also read what obfuscation hid (on by
     default; off only to measure what the layer adds). The de-obfuscation steps'
-    triggers sit in the same RE2 set after the rules, so a text that needs none (most
-    do) is still read in one pass; one that does is read again with its views."""
+    triggers sit in the same RE2 set after the rules: a text that needs no step (most
+    texts) is still read in one pass, one that does is read again with its views."""
 
     def __init__(self, rules: Sequence[Mapping[str, Any]], deobfuscate: bool = True) -> None:
         self._ids = [rule["id"] for rule in rules]
