@@ -1,8 +1,10 @@
-"""What prompt integrity costs: the request-side stage in-process (scan, spotlight,
-policy prompt; cold and warm scan cache), a tool-call verdict, and requests and
-streams through a real gateway with and without the policy, side by side in one run.
+"""What prompt integrity costs: the scanner alone per text (the rules with and
+without the de-obfuscation layer, and against an older rules file when given), the
+request-side stage in-process (scan, spotlight, policy prompt; cold and warm scan
+cache), a tool-call verdict, and requests and streams through a real gateway with and
+without the policy, side by side in one run.
 
-    python bench/integrity.py [--duration 5] [--streams 200] [--samples 500]
+    python bench/integrity.py [--duration 5] [--streams 200] [--samples 500] [--baseline-rules data.yaml]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from portcullis.adapters.integrity.guard import PromptIntegrity  # noqa: E402
 from portcullis.adapters.protocols import openai_chat  # noqa: E402
 from portcullis.engine.activation import activate  # noqa: E402
 from portcullis.engine.bundle import parse_bundle, read_bundle_files  # noqa: E402
+from portcullis.engine.integrity.scanner import Scanner  # noqa: E402
 
 POLICY = {
     "bench-agent-safety": {
@@ -122,6 +125,37 @@ def stage_cost(samples: int, workdir: Path) -> dict[str, dict[str, float]]:
     return results
 
 
+def scanner_cost(samples: int, baseline_rules: Path | None) -> dict[str, dict[str, float]]:
+    """Per text, warm: source files as tool results (4 KB each) and the labelled
+    tuning corpus's short texts, through scanners built side by side in this run."""
+    import yaml
+
+    rules = yaml.safe_load((ROOT / "policies" / "portcullis" / "integrity" / "data.yaml").read_text())["injection_rules"]
+    scanners = {"shipped rules, no de-obfuscation": Scanner(rules, deobfuscate=False), "shipped rules + de-obfuscation": Scanner(rules)}
+    if baseline_rules is not None:
+        scanners = {"baseline rules, no de-obfuscation": Scanner(yaml.safe_load(baseline_rules.read_text())["injection_rules"], deobfuscate=False), **scanners}
+    code = "".join(path.read_text() for path in sorted((ROOT / "adapters").glob("*.py")))
+    corpus = ROOT / "tests" / "injection_corpus_tuning.jsonl"
+    texts = {
+        "4 KB source file": [code[i : i + 4000] for i in range(0, min(len(code), 200_000), 4000)],
+        "short labelled text": [json.loads(line)["text"] for line in corpus.read_text().splitlines() if line.strip()],
+    }
+    results: dict[str, dict[str, float]] = {}
+    for kind, batch in texts.items():
+        for label, scanner in scanners.items():
+            for text in batch:  # warm RE2's lazily built automaton, as a serving gateway has
+                scanner.scan(text)
+            timings = []
+            for n in range(samples):
+                text = batch[n % len(batch)]
+                started = time.perf_counter()
+                scanner.scan(text)
+                timings.append((time.perf_counter() - started) * 1e6)
+            timings.sort()
+            results[f"{kind}: {label}"] = {"median_us": statistics.median(timings), "p99_us": timings[int(len(timings) * 0.99) - 1]}
+    return results
+
+
 def through_gateways(duration: int, streams: int, workdir: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
     bundles = {
         "no policy": bundle_gen.write(workdir / "plain", rules=False),
@@ -135,7 +169,15 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--streams", type=int, default=200, help="streamed requests timed for first-token latency")
     parser.add_argument("--samples", type=int, default=500, help="stage calls timed per case")
+    parser.add_argument("--baseline-rules", type=Path, help="an older integrity data.yaml whose injection rules to time alongside")
+    parser.add_argument("--scanner-only", action="store_true", help="time the scanner alone, nothing else")
     args = parser.parse_args()
+    scans = scanner_cost(args.samples * 4, args.baseline_rules)
+    print(f"\nthe injection scanner alone, per text ({os.cpu_count()} cores, same run):")
+    for label, figures in scans.items():
+        print(f"  {label:<60} median {figures['median_us']:8.1f} µs   p99 {figures['p99_us']:8.1f} µs")
+    if args.scanner_only:
+        return
     with tempfile.TemporaryDirectory(prefix="portcullis-bench-integrity-") as tmp:
         stages = stage_cost(args.samples, Path(tmp))
         rows, ttft = through_gateways(args.duration, args.streams, Path(tmp))

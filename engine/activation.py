@@ -24,7 +24,7 @@ from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.policy import integrity_problems
-from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise
+from portcullis.engine.integrity.scanner import Scanner, ScannerError, rules_read
 from portcullis.engine.pii.policy import detector_problems
 from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.portable import portability_problems
@@ -96,7 +96,7 @@ class ActiveBundle:
 
     def scan_injections_in_rego(self, texts: list[str]) -> list[ScanResult]:
         """The same through the Rego reference rule, for checking the fast path."""
-        results = self.policy.evaluate(INJECTION_SCAN_RULE, {"texts": [normalise(text) for text in texts]})
+        results = self.policy.evaluate(INJECTION_SCAN_RULE, {"texts": [rules_read(text) for text in texts]})
         if not isinstance(results, list) or len(results) != len(texts):
             raise PolicyError(f"{INJECTION_SCAN_RULE} did not return one result per text")
         return [ScanResult.from_policy(result) for result in results]

@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 from portcullis.engine.integrity.injection import ScanResult
 
-SCANNER_VERSION = "rego-rules-1"  # how results are computed; bumping it drops every entry
+SCANNER_VERSION = "rules-deobfuscated-2"  # how results are computed; bumping it drops every entry
 
 
 class ScanCache:

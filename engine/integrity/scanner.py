@@ -21,6 +21,7 @@ from typing import Any
 import re2
 
 from portcullis.engine import textfold
+from portcullis.engine.integrity.deobfuscate import STEPS, TRIGGERS, read_with, reading
 from portcullis.engine.integrity.injection import ScanResult
 
 
@@ -29,9 +30,15 @@ class ScannerError(ValueError):
 
 
 class Scanner:
-    def __init__(self, rules: Sequence[Mapping[str, Any]]) -> None:
+    """``deobfuscate``: whether the rules also read what obfuscation hid (on by
+    default; off only to measure what the layer adds). The de-obfuscation steps'
+    triggers sit in the same RE2 set after the rules: a text that needs no step (most
+    texts) is still read in one pass, one that does is read again with its views."""
+
+    def __init__(self, rules: Sequence[Mapping[str, Any]], deobfuscate: bool = True) -> None:
         self._ids = [rule["id"] for rule in rules]
         self._weights = [int(rule["weight"]) for rule in rules]
+        self._triggers = STEPS if deobfuscate and rules else ()
         options = re2.Options()
         options.max_mem = 64 << 20  # the set's automaton; the default 8 MiB is too small for a few dozen rules
         self._set = re2.Set.SearchSet(options) if rules else None
@@ -40,14 +47,22 @@ class Scanner:
                 self._set.Add(rule["pattern"])  # type: ignore[union-attr]
             except re2.error:
                 raise ScannerError(f"integrity rule {rule['id']!r}: RE2 cannot compile its pattern") from None
+        for step in self._triggers:
+            self._set.Add(TRIGGERS[step])  # type: ignore[union-attr]
         if self._set is not None:
             self._set.Compile()
 
     def scan(self, text: str) -> ScanResult:
         if self._set is None:
             return ScanResult((), 0)
-        matched = sorted(self._set.Match(normalised_utf8(text)) or ())
-        return ScanResult(tuple(self._ids[i] for i in matched), sum(self._weights[i] for i in matched))
+        data = normalised_utf8(text)
+        rules = len(self._ids)
+        matched = self._set.Match(data) or ()
+        steps = frozenset(self._triggers[i - rules] for i in matched if i >= rules)
+        if steps:  # read again: the text and what de-obfuscation found in it
+            matched = self._set.Match(read_with(data.decode(), steps).encode()) or ()
+        hits = sorted(i for i in matched if i < rules)
+        return ScanResult(tuple(self._ids[i] for i in hits), sum(self._weights[i] for i in hits))
 
 
 def normalised_utf8(text: str) -> bytes:
@@ -58,3 +73,9 @@ def normalised_utf8(text: str) -> bytes:
 def normalise(text: str) -> str:
     """The same, as text: what the Rego reference is given."""
     return textfold.fold(text)
+
+
+def rules_read(text: str) -> str:
+    """What the rules match against: the normalised text and what de-obfuscation finds
+    in it. The Rego reference is given exactly this."""
+    return reading(normalise(text))
