@@ -224,7 +224,8 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     what remains (each still settles and records its outcome), close providers, stores
     and the audit log, and return (exit status 0). A second signal skips the drain."""
     runtime = await build_runtime(config)
-    app = CancelledByShutdown(create_app(runtime), json.dumps(_error_document(503, "api_error", "the gateway is shutting down; retry the request", "shutting_down")).encode())
+    refusal = _error_document(503, "api_error", "the gateway is shutting down; retry the request", "shutting_down")
+    app = CancelledByShutdown(create_app(runtime), json.dumps(refusal).encode())
     server = SignalFreeServer(
         uvicorn.Config(
             app,

@@ -54,7 +54,8 @@ class CancelledByShutdown:
             self.cut += 1
             log.warning("%s %s cancelled: the shutdown drain ran out", scope.get("method", "-"), scope.get("path", "-"))
             if not started:  # tell the client to retry elsewhere
-                await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"), (b"x-portcullis-error-code", b"shutting_down")]})
+                headers = [(b"content-type", b"application/json"), (b"retry-after", b"1"), (b"x-portcullis-error-code", b"shutting_down")]
+                await send({"type": "http.response.start", "status": 503, "headers": headers})
                 await send({"type": "http.response.body", "body": self._refusal, "more_body": False})
             # a stream already under way is left incomplete: the server closes its connection
 
