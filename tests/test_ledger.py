@@ -262,3 +262,28 @@ def test_a_settlement_that_lost_to_reconciliation_changes_no_counter(with_ledger
         assert await ledger.counter(res.charges[0].key) == 30_000  # the bound the record keeps
 
     with_ledger(body)
+
+
+def test_a_reservation_resent_after_a_lost_reply_counts_once(tmp_path: Path, services) -> None:
+    """redis-py re-sends a command once on a connection error, which may come after Redis
+    ran the script (the reply was lost): the second run must not count the reservation again."""
+    team = f"t{uuid.uuid4().hex[:8]}"
+
+    async def main() -> None:
+        async with open_ledger("shared", tmp_path, services) as ledger:
+            script = ledger._reserve_script
+
+            async def ran_then_resent(**call: Any) -> Any:
+                await script(**call)  # ran; its reply never arrived
+                return await script(**call)  # the client's retry
+
+            ledger._reserve_script = ran_then_resent
+            res = reservation(team, bound=30_000)
+            assert (await ledger.reserve(res)).blocked is None
+            assert await ledger.counter(res.charges[0].key) == 30_000
+            assert await ledger.counter(res.charges[1].key) == 1
+            final = await ledger.settle(res.id, res.charge_records(), settled(res, 12_000))
+            assert final.state == "settled"
+            assert await ledger.counter(res.charges[0].key) == 12_000
+
+    asyncio.run(main())

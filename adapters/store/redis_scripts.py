@@ -5,23 +5,29 @@ from __future__ import annotations
 
 from portcullis.engine.governance import WINDOW_MS
 
-# KEYS: counters. ARGV per counter (5 each): amount, block (-1: none), hard (1/0), warn (-1: none),
+# KEYS: counters, then the reservation's marker (set when it is admitted, so a command
+# the client re-sends after a lost reply — redis-py retries connection errors once — is
+# answered "ok" without counting the reservation twice). ARGV per counter (5 each): amount, block (-1: none), hard (1/0), warn (-1: none),
 # window (1/0); then the time in ms and the reservation id. A window counter's key holds its
 # total, ``<key>:log`` (a sorted set: reservation id by time) and ``<key>:amounts`` its entries.
 # Returns {"missing", i...} | {"blocked", i, ms until it fits (-1: not a window)} | {"ok", warned i...};
 # indices are 1-based.
 RESERVE = """
-local n = #KEYS
+local n = #KEYS - 1
+local marker = KEYS[#KEYS]
+if redis.call('EXISTS', marker) == 1 then return {'ok'} end
 local now, id = tonumber(ARGV[5 * n + 1]), ARGV[5 * n + 2]
 local horizon = now - WINDOW_MS
 local values = {}
 local missing = {}
-for i, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
   local value = redis.call('GET', key)
   if value then values[i] = tonumber(value) else missing[#missing + 1] = i end
 end
 if #missing > 0 then return {'missing', unpack(missing)} end
-for i, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
   if ARGV[5 * i] == '1' then
     local gone = redis.call('ZRANGEBYSCORE', key .. ':log', '-inf', horizon)
     if #gone > 0 then
@@ -36,7 +42,8 @@ for i, key in ipairs(KEYS) do
     end
   end
 end
-for i, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
   local amount, block, hard = tonumber(ARGV[5 * i - 4]), tonumber(ARGV[5 * i - 3]), ARGV[5 * i - 2] == '1'
   if block >= 0 and ((hard and values[i] + amount > block) or ((not hard) and values[i] >= block)) then
     local wait = -1
@@ -56,7 +63,8 @@ for i, key in ipairs(KEYS) do
   end
 end
 local warned = {'ok'}
-for i, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
   local amount, warn = tonumber(ARGV[5 * i - 4]), tonumber(ARGV[5 * i - 1])
   redis.call('INCRBY', key, amount)
   if ARGV[5 * i] == '1' then
@@ -66,6 +74,7 @@ for i, key in ipairs(KEYS) do
   end
   if warn >= 0 and values[i] + amount > warn then warned[#warned + 1] = i end
 end
+redis.call('SET', marker, '1', 'PX', KEEP_MS)
 return warned
 """.replace("WINDOW_MS", str(WINDOW_MS)).replace("KEEP_MS", str(3 * WINDOW_MS))
 

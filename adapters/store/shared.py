@@ -69,6 +69,9 @@ class SharedLedger:
     def _key(self, counter: str) -> str:
         return f"{self._prefix}counter:{counter}"
 
+    def _reserved_marker(self, reservation_id: str) -> str:
+        return f"{self._prefix}reserved:{reservation_id}"
+
     async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
         charges = reservation.charges
         keys = [self._key(charge.key) for charge in charges]
@@ -81,7 +84,7 @@ class SharedLedger:
         result: list[Any] = [b"ok"]
         try:
             for _ in range(3):
-                result = await self._reserve_script(keys=keys, args=args) if keys else [b"ok"]
+                result = await self._reserve_script(keys=[*keys, self._reserved_marker(reservation.id)], args=args) if keys else [b"ok"]
                 if result[0] != b"missing":
                     break
                 for index in result[1:]:
@@ -99,7 +102,7 @@ class SharedLedger:
         try:
             await self._record(reservation)
         except StoreUnavailable:
-            await self._take_back(f"{self._prefix}reserved:{reservation.id}", reservation.id, {c.key: c.amount for c in charges})
+            await self._take_back(self._reserved_marker(reservation.id), reservation.id, {c.key: c.amount for c in charges})
             raise
         return Verdict(None, tuple(charges[int(index) - 1] for index in result[1:]))
 
