@@ -24,7 +24,7 @@ from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.policy import integrity_problems
-from portcullis.engine.integrity.scanner import Scanner, ScannerError, rules_read
+from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise, rules_read
 from portcullis.engine.pii.policy import detector_problems
 from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.portable import portability_problems
