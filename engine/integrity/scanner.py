@@ -9,8 +9,8 @@ the two engines differ on whitespace (RE2's ``\\s`` is ASCII-only), with the fol
 the PII recognisers use too (``engine.textfold``): every Unicode space, vertical tab
 and next-line becomes " ", since a model reads them as spaces; dashes become "-";
 full-width letters become ASCII. Invisible format characters (zero-width, tag
-characters) are kept: rules look for them. ``\\w`` and ``\\b`` stay ASCII in RE2, which
-the bundle's rules are written for.
+characters) are kept: rules look for them. The bundle's rules write word boundaries
+as explicit ASCII classes rather than ``\\b``/``\\w``, which the engines read differently.
 """
 
 from __future__ import annotations
