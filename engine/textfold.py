@@ -11,6 +11,9 @@ injection scanner, so both see the same characters.
   "-": ``412‑55‑7391`` with non-breaking hyphens is the same number;
 - full-width forms (U+FF01–U+FF5E: ``ｔａｒｏ＠ｅｘａｍｐｌｅ．ｊｐ``, ``０９０－１２３４``) become
   their ASCII letters, digits and punctuation;
+- the long s (U+017F) and the Kelvin sign (U+212A) become "s" and "K": case-insensitive
+  RE2 matches them as those letters while its ASCII classes call them non-letters, so
+  a rule would read ``ſtop`` as a letter in one place and a boundary in the next;
 - a lone surrogate (which RE2, reading UTF-8, cannot take) becomes U+FFFD.
 
 ``fold_mapped`` also decodes the percent-escapes of the characters an e-mail address
@@ -33,17 +36,19 @@ import re2
 SPACES = "\x0b\x85\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 DASHES = "\u2010-\u2015\u2212\ufe58\ufe63"
 FULL_WIDTH = "\uff01-\uff5e"
+CASE_FOLDED = "\u017f\u212a"
 
 _TABLE: dict[int, int] = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
 _TABLE.update({code: 0x20 for code in (0x0B, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)})
 _TABLE.update({code: 0x2D for code in (*range(0x2010, 0x2016), 0x2212, 0xFE58, 0xFE63)})
+_TABLE.update({0x017F: 0x73, 0x212A: 0x4B})
 # Each group is looked for by RE2 on UTF-8 (linear, a few ns a byte); only a group that
 # is there is replaced, one str.replace per character of it the text holds. That is
 # 5–10× cheaper than str.translate (~60–140 ns a character) when folding is sparse (an em
 # dash in a comment) and no dearer when it is dense (Japanese full-width punctuation).
 _GROUPS = tuple(
     (re2.compile(f"[{characters}]".encode()), tuple((chr(code), chr(_TABLE[code])) for code in sorted(_TABLE) if re.fullmatch(f"[{characters}]", chr(code))))
-    for characters in (SPACES, DASHES, FULL_WIDTH)
+    for characters in (SPACES, DASHES, FULL_WIDTH, CASE_FOLDED)
 )
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 

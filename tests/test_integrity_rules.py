@@ -32,6 +32,11 @@ BOUNDARY_CASES = [
     ("id_rsa_backup", False),
     ("1id_rsa", False),
     ("id_rsa2", False),
+    # the long s and the Kelvin sign, letters to case-insensitive RE2 but not to its ASCII
+    # classes, are folded to "s" and "K" first: read as letters on both sides of a word
+    ("id_rsaſ", False),
+    ("Kid_rsa", False),
+    ("ſ id_rsa", True),
 ]
 
 

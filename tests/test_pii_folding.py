@@ -40,6 +40,7 @@ def test_full_width_forms_and_dashes_fold_to_ascii_character_for_character() -> 
     assert textfold.fold(full_width) == "".join(chr(c) for c in range(0x21, 0x7F))
     assert textfold.fold("412\u201155\u20107391 \u2013 \u2014 \u2212 \ufe63") == "412-55-7391 - - - -"
     assert textfold.fold("a\ud800b") == "a\ufffdb"  # what RE2 can read, one for one
+    assert textfold.fold("\u017ftop the \u212aelvin") == "stop the Kelvin"  # RE2's case folding reads them so
     text = "plain ASCII, untouched"
     assert textfold.fold(text) is text
     assert textfold.fold("한국어 本文") == "한국어 本文"
