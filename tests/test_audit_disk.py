@@ -75,6 +75,15 @@ def reservation(state_db: Path, request_id: str) -> tuple[str, int, int]:
         return db.execute("SELECT state, tokens, cost_micro_usd FROM reservations WHERE request_id = ?", (request_id,)).fetchone()
 
 
+def metered_gateway(fresh_gateway: Any, tmp_path: Path, disk: Path) -> tuple[Any, str, Path]:
+    """A gateway whose team has a budget (so reservations are visible) and whose audit
+    log lives on ``disk``; with a key for that team."""
+    team = f"t{uuid.uuid4().hex[:10]}"
+    audit_path = disk / "audit.jsonl"
+    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, budget_cap(team, "1.00", "CalendarMonth")), audit={"path": str(audit_path)})
+    return gateway, gateway.key(team), audit_path
+
+
 def refused_until_full(claude: anthropic.Anthropic) -> anthropic.APIStatusError:
     """Requests until the gateway refuses one: the log's last page may still have room
     for a record or two after the filesystem is full."""
@@ -87,11 +96,8 @@ def refused_until_full(claude: anthropic.Anthropic) -> anthropic.APIStatusError:
 
 
 def test_full_audit_disk_refuses_releases_and_recovers(small_disk: Path, tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    team = f"t{uuid.uuid4().hex[:10]}"
-    audit_path = small_disk / "audit.jsonl"
-    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, budget_cap(team, "1.00", "CalendarMonth")), audit={"path": str(audit_path)})
+    gateway, key, audit_path = metered_gateway(fresh_gateway, tmp_path, small_disk)
     state_db = gateway.directory / "state.db"
-    key = gateway.key(team)
     claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
     chat = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
     claude.messages.create(model=METERED, max_tokens=1000, messages=HI)  # the log works
@@ -144,11 +150,8 @@ def test_outcome_of_a_stream_in_flight_is_held_then_written(small_disk: Path, tm
     answer, the money is settled in the ledger, and the outcome record waits in memory
     (never as a partial line) until the disk takes writes again, then lands without
     waiting for another request."""
-    team = f"t{uuid.uuid4().hex[:10]}"
-    audit_path = small_disk / "audit.jsonl"
-    gateway = fresh_gateway(bundle=metered_bundle(tmp_path / "b", team, budget_cap(team, "1.00", "CalendarMonth")), audit={"path": str(audit_path)})
+    gateway, key, audit_path = metered_gateway(fresh_gateway, tmp_path, small_disk)
     state_db = gateway.directory / "state.db"
-    key = gateway.key(team)
     claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
     fakes.anthropic_us.script(METERED_UPSTREAM, Reply(text="one slow answer in several pieces", event_delay=0.25))
     result: dict[str, Any] = {}
