@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,16 @@ UPSTREAM_KEY = "sk-fake-upstream-key"
 OUTCOME_EVENTS = ("request_finished", "request_failed", "request_cancelled")
 
 TARGET_DEFAULTS = {"context_window": 200000, "max_output_tokens": 8192, "capabilities": ["streaming", "tools", "vision"]}
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> bool:
+    """Whether ``condition()`` became true within ``timeout`` seconds (polled)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def target(provider: str, model: str, region: str, priority: int = 1, **extra: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import CATALOG, TENANTS, Fakes, Gateway, deep_copy, write_bundle
+from tests.conftest import CATALOG, TENANTS, Fakes, Gateway, deep_copy, wait_for, write_bundle
 from tests.fake_provider import Reply
 
 HI = [{"role": "user", "content": "Hi"}]
@@ -36,15 +36,6 @@ def keypair(directory: Path, name: str, kind: str = "rsa") -> tuple[Path, Path]:
 
 def revision(gateway: Gateway) -> str:
     return httpx.get(f"{gateway.url}/readyz").json()["bundle"]["revision"]
-
-
-def wait_for(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def status_of(gateway: Gateway, model: str, team: str = "eng") -> int:

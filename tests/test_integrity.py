@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from portcullis.engine.integrity.policy import CANARY_NOTE
-from tests.conftest import CATALOG, TENANTS, Fakes, deep_copy, write_bundle
+from tests.conftest import CATALOG, TENANTS, Fakes, deep_copy, wait_for, write_bundle
 from tests.fake_provider import Reply, ToolCall
 
 SONNET_UPSTREAM = "claude-sonnet-4-5-20250929"
@@ -106,15 +106,6 @@ def webhook() -> Iterator[list[dict[str, Any]]]:
     received.append({"url": f"http://127.0.0.1:{server.server_port}/hook"})
     yield received
     server.shutdown()
-
-
-def wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 # --- layer A: the policy prompt -------------------------------------------------------------
@@ -221,7 +212,7 @@ def test_seed_example_indirect_injection_is_wrapped_warned_and_the_curl_call_den
     assert started["integrity"]["spotlighted"] == 1
     finished = next(r for r in records if r["event"] == "request_finished")
     assert finished["integrity"]["tool_calls_denied"] == [{"tool": "bash", "rule": "remote-script-pipe"}]
-    wait_for(lambda: webhook)
+    assert wait_for(lambda: webhook)
     assert webhook[0]["event"] == "tool_call_denied" and webhook[0]["tool"] == "bash" and webhook[0]["rule"] == "remote-script-pipe"
     assert webhook[0]["principal"]["team"] == "eng" and EVIL_COMMAND not in json.dumps(webhook)
     everything = gateway.logs() + json.dumps(records)

@@ -19,20 +19,11 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Fakes, Gateway
+from tests.conftest import Fakes, Gateway, wait_for
 from tests.fake_provider import Reply
 
 HI = [{"role": "user", "content": "Hi"}]
 SLOW = "a slow answer in many small pieces"
-
-
-def wait_for(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def stream_in_background(gateway: Gateway, protocol: str) -> tuple[threading.Thread, dict[str, Any]]:
