@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import json
 import logging
 import signal
 from dataclasses import dataclass
@@ -25,10 +23,13 @@ from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
-from portcullis.adapters.gateway import ERROR_CODE_HEADER, Gateway, client_address
+from portcullis.adapters.dispatch import Dispatcher
+from portcullis.adapters.error_responses import error_response, generic_error_body
+from portcullis.adapters.executor import Executor
 from portcullis.adapters.governance import Governance
 from portcullis.adapters.http_edge import RequestIds, family_of, protocol_error, request_id_for, route_error
 from portcullis.adapters.http_timeouts import header_deadline_protocol
+from portcullis.adapters.ingress import client_address
 from portcullis.adapters.integrity.guard import PromptIntegrity
 from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
@@ -36,6 +37,7 @@ from portcullis.adapters.pii.classifier import ClassifierDetector
 from portcullis.adapters.pii.detectors import Detector
 from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
 from portcullis.adapters.pii.vault import MemoryVault, RedisVault, Vault, vault_key
+from portcullis.adapters.pipeline import Clock, utc_now
 from portcullis.adapters.protocols import anthropic_messages, openai_chat
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.providers.keys import KeyPool
@@ -45,10 +47,6 @@ from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 log = logging.getLogger("portcullis")
 
 
-def today() -> dt.date:
-    return dt.datetime.now(dt.UTC).date()
-
-
 @dataclass
 class Runtime:
     config: Config
@@ -56,7 +54,7 @@ class Runtime:
     store: Store
     providers: dict[str, Provider]
     audit: AuditLog
-    gateway: Gateway
+    gateway: Executor
     authenticator: Authenticator
     pii: PiiGuard
     integrity: PromptIntegrity
@@ -80,12 +78,13 @@ class Runtime:
                 log.error("closing %s failed: %s: %s", name, type(error).__name__, error)
 
 
-async def build_runtime(config: Config) -> Runtime:
+async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     """Everything the gateway needs, checked before it accepts a connection: a bad
-    bundle, a missing secret or an unreachable store stops start-up with a clear error."""
+    bundle, a missing secret or an unreachable store stops start-up with a clear error.
+    ``clock`` is the one every part reads: prices, periods and bundle validity agree."""
     offload.configure(config.request_limits.offload_bytes)
     providers = {name: build_provider(provider) for name, provider in config.providers.items()}
-    active = load_bundle(config, providers.keys(), today())
+    active = load_bundle(config, providers.keys(), clock().date())
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
     try:
         pools = {name: KeyPool(provider, store.capacity) for name, provider in config.providers.items()}  # reads the secrets
@@ -93,10 +92,11 @@ async def build_runtime(config: Config) -> Runtime:
     except BaseException:
         await store.close()
         raise
-    bundles = BundleManager(config, providers.keys(), active, today)
+    bundles = BundleManager(config, providers.keys(), active, lambda: clock().date())
     authenticator = Authenticator(store, config.key_cache_seconds)
-    governance = Governance(store.ledger, providers, audit)
-    classifier = ClassifierDetector(providers, pools, governance)
+    dispatcher = Dispatcher(providers, pools, config.max_attempts)
+    governance = Governance(store.ledger, providers, audit, clock)
+    classifier = ClassifierDetector(dispatcher, governance)
     pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})
     settings = config.integrity
     webhook = Webhook(settings.webhook_url, settings.webhook_timeout_seconds) if settings.webhook_url else None
@@ -106,9 +106,7 @@ async def build_runtime(config: Config) -> Runtime:
     # operator's prompt is not the client's data); governance then sizes and reserves
     # exactly what goes upstream. Answer guards run in the same order.
     steps = [pii, integrity, governance]
-    gateway = Gateway(
-        bundles, authenticator, providers, pools, audit, steps, config.max_request_bytes, config.max_attempts, today, limits=config.request_limits
-    )
+    gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
 
@@ -153,8 +151,8 @@ def create_app(runtime: Runtime) -> Starlette:
         try:
             principal = await runtime.authenticator.authenticate(request.headers, client_address(request))
         except GatewayError as error:
-            headers = {ERROR_CODE_HEADER: error.error_code, **({"retry-after": str(error.retry_after)} if error.retry_after is not None else {})}
-            return Response(protocol.error_body(error, request_id_for(request.scope)), error.kind.status, headers=headers, media_type="application/json")
+            request_id = request_id_for(request.scope)
+            return error_response(protocol.error_body(error, request_id), error, request_id)
         bundle = runtime.bundles.active
         ids = bundle.visible_models(principal.as_input())
         data = [
@@ -187,7 +185,8 @@ def create_app(runtime: Runtime) -> Starlette:
         if error.status_code in (404, 405):
             allowed = {name.lower(): value for name, value in (error.headers or {}).items()}.get("allow")
             return route_error(request, error.status_code, allowed)
-        return JSONResponse(_error_document(error.status_code, "invalid_request_error", error.detail), error.status_code)
+        refusal = GatewayError(ErrorKind.INVALID_REQUEST, str(error.detail), code="invalid_request")
+        return Response(generic_error_body(refusal), error.status_code, media_type="application/json")
 
     async def unexpected(request: Request, error: Exception) -> Response:
         # Outside the request-id middleware (Starlette runs this handler outermost), so the id is added here.
@@ -213,19 +212,14 @@ def create_app(runtime: Runtime) -> Starlette:
     return app
 
 
-def _error_document(status: int, kind: str, message: str, code: str | None = None) -> dict[str, Any]:
-    # Readable by both SDK families: Anthropic's envelope, OpenAI's error object.
-    return {"type": "error", "error": {"type": kind, "message": message, "code": code, "param": None}}
-
-
 async def serve(config: Config, on_ready: Any = None) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly: stop accepting connections,
     let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
     what remains (each still settles and records its outcome), close providers, stores
     and the audit log, and return (exit status 0). A second signal skips the drain."""
     runtime = await build_runtime(config)
-    refusal = _error_document(503, "api_error", "the gateway is shutting down; retry the request", "shutting_down")
-    app = CancelledByShutdown(create_app(runtime), json.dumps(refusal).encode())
+    refusal = GatewayError(ErrorKind.UNAVAILABLE, "the gateway is shutting down; retry the request", code="shutting_down")
+    app = CancelledByShutdown(create_app(runtime), generic_error_body(refusal))
     server = SignalFreeServer(
         uvicorn.Config(
             app,

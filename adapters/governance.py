@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from portcullis.adapters.audit_log import AuditLog
-from portcullis.adapters.gateway import Exchange, Step
+from portcullis.adapters.pipeline import Admission, Clock, Exchange, Step, utc_now
 from portcullis.adapters.protocols import OPENAI_CHAT, ParsedRequest
 from portcullis.adapters.providers import Provider
 from portcullis.adapters.store import StoreUnavailable
@@ -53,10 +52,8 @@ class Metering:
     state: str | None = None
 
 
-class Governance(Step):
-    def __init__(
-        self, ledger: Ledger, providers: dict[str, Provider], audit: AuditLog, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
-    ) -> None:
+class Governance(Step[Metering]):
+    def __init__(self, ledger: Ledger, providers: dict[str, Provider], audit: AuditLog, clock: Clock = utc_now) -> None:
         self._ledger = ledger
         self._providers = providers
         self._audit = audit
@@ -64,18 +61,20 @@ class Governance(Step):
         # A sub-call's reservation id -> its request's audit outcome, until the sub-call settles.
         self._subcall_outcomes: dict[str, dict[str, Any]] = {}
 
-    async def admit(self, exchange: Exchange) -> None:
+    async def admit(self, exchange: Exchange) -> Admission[Metering]:
         assert exchange.plan is not None and exchange.request is not None and exchange.bundle is not None
         # A hard limit needs a real bound: the output is then capped upstream, not just assumed.
-        exchange.request.cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
-        bound = await self.size(exchange.bundle, exchange.request, exchange.plan.targets, exchange.day)
-        exchange.metering = await self._reserve(exchange, "main", exchange.plan.limits, bound)
-        if exchange.metering.warnings:
-            exchange.headers[BUDGET_WARNING_HEADER] = "; ".join(f"limit passed: {warning}" for warning in exchange.metering.warnings)
+        cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
+        bound = await self.size(exchange.bundle, exchange.request, exchange.targets, exchange.day)
+        metering = await self._reserve(exchange, "main", exchange.plan.limits, bound)
+        if metering.warnings:
+            exchange.headers[BUDGET_WARNING_HEADER] = "; ".join(f"limit passed: {warning}" for warning in metering.warnings)
+        exchange.audit_started.update(_reservation_record(metering))
+        bound_tokens = metering.reservation.bound.tokens if metering.reservation is not None else 0
+        return Admission(metering, cap_output=cap_output, bound_tokens=bound_tokens)
 
-    async def settle(self, exchange: Exchange) -> None:
-        metering = exchange.metering
-        if metering is None or metering.reservation is None:
+    async def settle(self, exchange: Exchange, metering: Metering) -> None:
+        if metering.reservation is None:
             return
         reservation = metering.reservation
         uncertain = any(attempt["outcome"] in UNCERTAIN_OUTCOMES for attempt in exchange.attempts)
@@ -86,6 +85,7 @@ class Governance(Step):
         else:
             final = self._final(reservation, "pending", exchange.usage, exchange.cost_micro_usd or 0, exchange.served)
         metering.state = await self._settle(reservation, final)
+        exchange.audit_outcome["settlement"] = metering.state
         _add_charge(exchange.audit_outcome, reservation, final, metering.state)
 
     # --- auxiliary sub-calls -------------------------------------------------------------
@@ -186,6 +186,22 @@ class Governance(Step):
 
 
 _MAX_OPEN_SUBCALLS = 10_000
+
+
+def _reservation_record(metering: Metering) -> dict[str, Any]:
+    """What the request_started record says of the reservation."""
+    if metering.reservation is None:
+        return {"unmetered": metering.unmetered}
+    bound = metering.reservation.bound
+    reservation: dict[str, Any] = {
+        "bound_tokens": bound.tokens,
+        "bound_micro_usd": bound.cost_micro_usd,
+        "estimate": bound.estimate,
+        "counters": [charge.key for charge in metering.reservation.charges],
+    }
+    if metering.warnings:
+        reservation["warnings"] = list(metering.warnings)
+    return {"reservation": reservation}
 
 
 def _add_charge(audit_outcome: dict[str, Any], reservation: Reservation, final: Final, state: str) -> None:

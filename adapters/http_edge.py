@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from portcullis.adapters.gateway import ERROR_CODE_HEADER, new_request_id
+from portcullis.adapters.error_responses import error_response, generic_error_body
+from portcullis.adapters.ingress import new_request_id
 from portcullis.adapters.protocols import anthropic_messages, openai_chat
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 
@@ -82,32 +82,24 @@ def route_error(request: Request, status: int, allowed: str | None = None) -> Re
     message = f"this gateway does not serve {method} {path}" if status == 404 else f"{path} does not accept {method}"
     code = "unknown_route" if status == 404 else "method_not_allowed"
     log.info("%s unknown route family=%s method=%s path=%s status=%d", request_id, family, method, path, status)
-    headers = {ERROR_CODE_HEADER: code}
-    if allowed:
-        headers["allow"] = allowed
-    return protocol_error(family, GatewayError(kind, message, code=code), request_id, headers)
+    return protocol_error(family, GatewayError(kind, message, code=code), request_id, {"allow": allowed} if allowed else None)
 
 
 def protocol_error(family: str, error: GatewayError, request_id: str, headers: dict[str, str] | None = None) -> Response:
-    headers = {ERROR_CODE_HEADER: error.error_code, **(headers or {})}
-    status = error.kind.status
-    body: Any
+    """A refusal for a request no route of the gateway took, in its path's protocol."""
+    headers = dict(headers or {})
     if family == "anthropic":
-        return Response(anthropic_messages.error_body(error, request_id), status, headers=headers, media_type="application/json")
-    if family == "aws":
+        body = anthropic_messages.error_body(error, request_id)
+    elif family == "aws":
         # botocore reads the error type from this header and the message from the body.
-        headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(status, "ValidationException")
+        headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(error.kind.status, "ValidationException")
         headers["x-amzn-RequestId"] = request_id
-        body = {"message": error.message}
+        body = json.dumps({"message": error.message}).encode()
+    elif family == "openai" and error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED):
+        # Not a model: OpenAI's own code for these is none, so Portcullis's stands.
+        body = json.dumps({"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}).encode()
     elif family == "openai":
-        if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED):  # not a model: OpenAI's own code for these is none
-            body = {"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}
-        else:
-            return Response(openai_chat.error_body(error, request_id), status, headers=headers, media_type="application/json")
-    else:  # readable by both SDK families: Anthropic's envelope around OpenAI's error object
-        body = {"type": "error", "error": {"type": _generic_type(error.kind), "message": error.message, "code": error.error_code, "param": None}}
-    return Response(json.dumps(body).encode(), status, headers=headers, media_type="application/json")
-
-
-def _generic_type(kind: ErrorKind) -> str:
-    return {ErrorKind.NOT_FOUND: "not_found_error", ErrorKind.INTERNAL: "api_error"}.get(kind, "invalid_request_error")
+        body = openai_chat.error_body(error, request_id)
+    else:
+        body = generic_error_body(error, request_id)
+    return error_response(body, error, request_id, headers)

@@ -26,8 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench import bundle_gen, side_by_side  # noqa: E402
 from portcullis.adapters.auth import Principal  # noqa: E402
-from portcullis.adapters.gateway import Exchange  # noqa: E402
 from portcullis.adapters.integrity.guard import PromptIntegrity  # noqa: E402
+from portcullis.adapters.offload import serialised  # noqa: E402
+from portcullis.adapters.pipeline import Exchange, utc_now  # noqa: E402
 from portcullis.adapters.protocols import openai_chat  # noqa: E402
 from portcullis.engine.activation import activate  # noqa: E402
 from portcullis.engine.bundle import parse_bundle, read_bundle_files  # noqa: E402
@@ -105,9 +106,12 @@ def stage_cost(samples: int, workdir: Path) -> dict[str, dict[str, float]]:
                             },
                         }
                     )
-                    exchange = Exchange(f"req_{n}", openai_chat, 0.0, principal=principal, request=request, plan=plan, bundle=bundle)
+                    exchange = Exchange(f"req_{n}", openai_chat, 0.0, utc_now(), principal=principal, request=request, plan=plan, bundle=bundle)
+                    exchange.targets = plan.targets
                     started = time.perf_counter()
-                    await step.admit(exchange)
+                    admission = await step.admit(exchange)
+                    if admission is not None and admission.body_changed:  # as the pipeline does once for every step
+                        request.raw = await serialised(request.body, len(request.raw))
                     if n:  # the first fills the warm cache
                         timings.append((time.perf_counter() - started) * 1e6)
                 return sorted(timings)

@@ -22,10 +22,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench import bundle_gen, side_by_side  # noqa: E402
 from portcullis.adapters.auth import Principal  # noqa: E402
-from portcullis.adapters.gateway import Exchange  # noqa: E402
+from portcullis.adapters.offload import serialised  # noqa: E402
 from portcullis.adapters.pii.detectors import Detector  # noqa: E402
 from portcullis.adapters.pii.guard import PiiGuard  # noqa: E402
 from portcullis.adapters.pii.vault import MemoryVault  # noqa: E402
+from portcullis.adapters.pipeline import Exchange, utc_now  # noqa: E402
 from portcullis.adapters.protocols import openai_chat  # noqa: E402
 from portcullis.engine.governance import Limits  # noqa: E402
 from portcullis.engine.pii.policy import PiiPolicy  # noqa: E402
@@ -78,9 +79,12 @@ def stage_cost(samples: int) -> dict[str, dict[str, float]]:
             for _ in range(runs):
                 request = openai_chat.parse(raw, {})
                 plan = DecisionPlan(True, ({"code": "allowed", "message": ""},), "gpt-m1", "gpt-m1", (), (), Limits(), policy)
-                exchange = Exchange("req_bench", openai_chat, 0.0, principal=Principal("key_0000000000000001", "team1", None), request=request, plan=plan)
+                principal = Principal("key_0000000000000001", "team1", None)
+                exchange = Exchange("req_bench", openai_chat, 0.0, utc_now(), principal=principal, request=request, plan=plan, targets=plan.targets)
                 started = time.perf_counter()
-                await guard.admit(exchange)
+                admission = await guard.admit(exchange)
+                if admission is not None and admission.body_changed:  # as the pipeline does once for every step
+                    request.raw = await serialised(request.body, len(request.raw))
                 timings.append((time.perf_counter() - started) * 1e6)
             return timings
 

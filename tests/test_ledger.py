@@ -176,8 +176,9 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
     counters and settled; when the main call is then refused, its charge stays."""
     from portcullis.adapters.audit_log import AuditLog
     from portcullis.adapters.auth import Principal
-    from portcullis.adapters.gateway import Exchange, decide
+    from portcullis.adapters.executor import decide
     from portcullis.adapters.governance import Governance
+    from portcullis.adapters.pipeline import Exchange
     from portcullis.adapters.protocols import anthropic_messages
     from portcullis.adapters.providers.mock import MockProvider
     from portcullis.engine.activation import activate
@@ -197,7 +198,8 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
         principal = Principal("key_0000000000000001", "eng", None)
         raw = b'{"model": "claude-opus-4-1", "max_tokens": 8000, "messages": [{"role": "user", "content": "hi"}]}'
         request = anthropic_messages.parse(raw, {})
-        exchange = Exchange("req_aux", anthropic_messages, 0.0, principal=principal, request=request, bundle=bundle, plan=decide(bundle, principal, request))
+        plan = decide(bundle, principal, request)
+        exchange = Exchange("req_aux", anthropic_messages, 0.0, now(), principal=principal, request=request, bundle=bundle, plan=plan, targets=plan.targets)
         aux = await governance.reserve_subcall(exchange, "classifier", Bound(500, 300_000, "test"))
         assert aux is not None and aux.id == "req_aux:classifier"
         assert await governance.settle_subcall(aux, Usage(input=400, output=10), 250_000, exchange.plan.targets[0]) == "settled"

@@ -6,8 +6,9 @@ user text, tool definitions and tool results are scanned by the bundle's injecti
 rules (warn: a response header and the audit record; block: a 400); tool results and
 documents are wrapped in untrusted boundaries; the policy prompt goes in front of the
 client's instructions.
-The body is then serialised once, so what goes upstream is what was inspected, and
-governance (the next step) sizes and charges it, policy prompt included.
+The step edits the outbound body and says so (the pipeline serialises it once), so
+what goes upstream is what was inspected, and governance (the next step) sizes and
+charges it, policy prompt included.
 
 It runs after the PII filter: the scanner reads what will actually be sent, and the
 operator's prompt (with its canary) is never mistaken for the client's data.
@@ -21,13 +22,13 @@ import re
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from portcullis.adapters.gateway import ResponseGuard, Step
 from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, count_findings, inspect_arguments, withheld
 from portcullis.adapters.integrity.scan_cache import ScanCache
 from portcullis.adapters.integrity.webhook import Webhook
-from portcullis.adapters.offload import off_loop, serialised
+from portcullis.adapters.offload import off_loop
+from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.integrity import hop
@@ -35,9 +36,6 @@ from portcullis.engine.integrity.injection import HEADER, ScanResult, review
 from portcullis.engine.integrity.policy import IntegrityPolicy
 from portcullis.engine.integrity.spotlight import boundary_for
 from portcullis.engine.rego import PolicyError
-
-if TYPE_CHECKING:
-    from portcullis.adapters.gateway import Exchange
 
 log = logging.getLogger("portcullis.integrity")
 
@@ -50,7 +48,7 @@ class IntegrityState:
     boundary: str | None = None
 
 
-class PromptIntegrity(Step):
+class PromptIntegrity(Step[IntegrityState]):
     def __init__(
         self,
         spotlight_key: bytes | None = None,
@@ -67,18 +65,18 @@ class PromptIntegrity(Step):
         self._hop_key = hop_key
         self._hop_providers = hop_providers  # providers that are gateways sharing the hop key
 
-    async def admit(self, exchange: Exchange) -> None:
+    async def admit(self, exchange: Exchange) -> Admission[IntegrityState] | None:
         assert exchange.plan is not None
         policy = exchange.plan.integrity
         if policy is None:
-            return
+            return None
         assert exchange.request is not None and exchange.principal is not None
         request = exchange.request
         protocol = PROTOCOLS[request.protocol]
         record: dict[str, Any] = {"policies": list(policy.policies)}
         exchange.audit_started["integrity"] = record
         claim = hop.read(self._hop_key, request.hop, int(time.time())) if self._hop_key and request.hop else None
-        state = exchange.integrity = IntegrityState(claim.boundary if claim else None)
+        state = IntegrityState(claim.boundary if claim else None)
         if policy.scan_surfaces:
             await self._scan(exchange, protocol, policy, record, state.boundary)
         changed = False
@@ -95,13 +93,11 @@ class PromptIntegrity(Step):
             else:
                 protocol.insert_system_prompt(request.body, prompt.text)
                 changed = True
-        if changed:
-            request.raw = await serialised(request.body, len(request.raw))  # off the event loop when large
+        return Admission(state, body_changed=changed)
 
-    def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
-        policy = exchange.plan.integrity if exchange.plan is not None else None
-        if policy is None:
-            return []
+    def guards(self, exchange: Exchange, state: IntegrityState, upstream: ModuleType) -> list[ResponseGuard]:
+        assert exchange.plan is not None and exchange.plan.integrity is not None  # admitted: the plan names a policy
+        policy = exchange.plan.integrity
         guards: list[ResponseGuard] = []
         if policy.guards_tool_calls or policy.guards_output:  # a call's arguments are output too
             guards.append(ToolCallGuard(upstream, self._tool_judge(exchange, policy)))
@@ -109,13 +105,12 @@ class PromptIntegrity(Step):
             guards.append(OutputGuard(upstream, policy, exchange.audit_outcome))
         return guards
 
-    def outbound_headers(self, exchange: Exchange, provider: str) -> dict[str, str]:
+    def outbound_headers(self, exchange: Exchange, state: IntegrityState, provider: str) -> dict[str, str]:
         """Signed word to a next gateway: the policy prompt in front, and the boundaries."""
         policy = exchange.plan.integrity if exchange.plan is not None else None
         if self._hop_key is None or provider not in self._hop_providers or policy is None or policy.prompt is None:
             return {}
-        boundary = exchange.integrity.boundary if exchange.integrity is not None else None
-        return {hop.HEADER: hop.sign(self._hop_key, policy.prompt.sha256, boundary, int(time.time()))}
+        return {hop.HEADER: hop.sign(self._hop_key, policy.prompt.sha256, state.boundary, int(time.time()))}
 
     async def close(self) -> None:
         if self._webhook is not None:

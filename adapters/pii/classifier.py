@@ -2,7 +2,8 @@
 NER miss ("my manager's salary", a name in Korean).
 
 It is a billable call the gateway makes on the request's behalf, so it follows the
-main call's contract (seed §2.2): its bound is reserved on the request's counters
+main call's contract and goes through the same dispatcher (key capacity, failover,
+cool-downs): its bound is reserved on the request's counters
 before it is sent — a refusal refuses the request — and its usage is settled after;
 a later refusal of the main call does not refund it. It reads raw text, so the plan
 only ever names an internal target for it (the policy decides which model).
@@ -13,23 +14,24 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
 from portcullis.adapters.pii.detectors import DetectorFailed
 from portcullis.adapters.protocols import OPENAI_CHAT
-from portcullis.adapters.protocols.routes import PROTOCOLS
-from portcullis.adapters.providers import Provider, UpstreamUnreachable
-from portcullis.adapters.providers.keys import KeyPool
-from portcullis.adapters.store import StoreUnavailable
+from portcullis.adapters.protocols.routes import Route
+from portcullis.adapters.providers import UpstreamUnreachable
+from portcullis.adapters.upstream_errors import TryNext, unreachable
 from portcullis.engine.governance import bound_for
 from portcullis.engine.pii.recognizers import Finding
+from portcullis.engine.plan import Target
 from portcullis.engine.pricing import Usage
 
 if TYPE_CHECKING:
-    from portcullis.adapters.gateway import Exchange
     from portcullis.adapters.governance import Governance
+    from portcullis.adapters.pipeline import Exchange
 
 log = logging.getLogger("portcullis.pii")
 
@@ -47,9 +49,8 @@ _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 class ClassifierDetector:
     name = "classifier"
 
-    def __init__(self, providers: Mapping[str, Provider], pools: Mapping[str, KeyPool], governance: Governance) -> None:
-        self._providers = providers
-        self._pools = pools
+    def __init__(self, dispatcher: Dispatcher, governance: Governance) -> None:
+        self._dispatcher = dispatcher
         self._governance = governance
 
     async def detect(self, texts: Sequence[str], entities: Collection[str], exchange: Exchange) -> list[list[Finding]]:
@@ -57,52 +58,50 @@ class ClassifierDetector:
         target = exchange.plan.pii.classifier
         if target is None:
             raise DetectorFailed("the policy names no internal target for the classifier")
-        protocol = PROTOCOLS[self._providers[target.provider].protocol or OPENAI_CHAT]
+        protocol_name = self._dispatcher.protocol_of(target)
         max_output = exchange.plan.pii.classifier_max_output_tokens
-        body = _request(protocol.NAME, target.model, sorted(entities), list(texts), max_output)
+        body = _request(protocol_name, target.model, sorted(entities), list(texts), max_output)
         price = exchange.bundle.price_for(target, exchange.day)
         bound = bound_for([(len(body) + 64, max_output, price)], "upper-bound:utf8-bytes")  # bytes bound tokens from above
         reservation = await self._governance.reserve_subcall(exchange, SUBCALL, bound)  # a refusal refuses the request
-        call = _Call()
+        outcome = _Outcome()
+
+        async def prepared(pair: Route, target: Target) -> bytes:
+            return body
+
+        call = Call(exchange.request_id, protocol_name, (target,), prepared, tokens=bound.tokens)
         try:
-            answer = await self._call(call, protocol, target.provider, body, bound.tokens)
+            answer = await self._dispatcher.dispatch(call, lambda attempt: _read(attempt, call, outcome))
             return _findings(answer, texts, entities)
+        except DispatchFailed as failed:
+            raise DetectorFailed(f"the classifier could not be called ({failed.error.code or 'no answer'})") from None
         finally:
             if reservation is not None:
-                cost = price.cost(call.usage) if call.usage is not None else 0
-                await self._governance.settle_subcall(reservation, call.usage, cost, target if call.served else None)
-
-    async def _call(self, call: _Call, protocol: Any, provider: str, body: bytes, tokens: int) -> str:
-        try:
-            key, _ = await self._pools[provider].take(tokens)
-        except StoreUnavailable:
-            raise DetectorFailed("the classifier's provider capacity cannot be checked") from None
-        if key is None:
-            raise DetectorFailed("the classifier's provider has no capacity")
-        headers = protocol.upstream_headers(key.secret, {})
-        try:
-            upstream = await self._providers[provider].send(protocol.UPSTREAM_PATH, "", headers, body)
-            call.served = upstream.status < 300  # from here the provider may have done (and billed) the work
-            try:
-                raw = await upstream.read(MAX_ANSWER_BYTES)
-            finally:
-                upstream.release()
-        except UpstreamUnreachable as failure:
-            raise DetectorFailed(f"the classifier is unreachable ({failure.reason})") from None
-        if upstream.status >= 300:
-            raise DetectorFailed(f"the classifier answered status {upstream.status}")
-        try:
-            document = json.loads(raw)
-        except ValueError:
-            raise DetectorFailed("the classifier's answer is not JSON") from None
-        call.usage = protocol.usage_of(document) if isinstance(document, dict) else None
-        return _answer_text(protocol.NAME, document)
+                cost = price.cost(outcome.usage) if outcome.usage is not None else 0
+                await self._governance.settle_subcall(reservation, outcome.usage, cost, target if outcome.served else None)
 
 
 @dataclass
-class _Call:
-    served: bool = False
+class _Outcome:
+    served: bool = False  # the provider answered 2xx: it may have done (and billed) the work
     usage: Usage | None = None
+
+
+async def _read(attempt: Attempt, call: Call, outcome: _Outcome) -> str:
+    outcome.served = True
+    try:
+        raw = await attempt.upstream.read(MAX_ANSWER_BYTES)
+    except UpstreamUnreachable as failure:
+        raise TryNext(failure.reason, unreachable(failure)) from None
+    finally:
+        attempt.upstream.release()
+    call.record(attempt.target, "ok", attempt.upstream.status)
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        raise DetectorFailed("the classifier's answer is not JSON") from None
+    outcome.usage = attempt.route.upstream.usage_of(document) if isinstance(document, dict) else None
+    return _answer_text(attempt.route.upstream.NAME, document)
 
 
 def _request(protocol: str, model: str, types: list[str], texts: list[str], max_output: int) -> bytes:

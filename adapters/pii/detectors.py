@@ -13,7 +13,7 @@ from portcullis.engine.pii.context import MemberValue
 from portcullis.engine.pii.recognizers import Finding
 
 if TYPE_CHECKING:
-    from portcullis.adapters.gateway import Exchange
+    from portcullis.adapters.pipeline import Exchange
 
 
 class DetectorFailed(Exception):

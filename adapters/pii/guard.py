@@ -3,9 +3,9 @@
 Before dispatch: every string the provider would read is inspected on its surface
 (system and chat text, tool descriptions, tool-call arguments, tool results), the
 findings are judged against the team's merged policy, refused where it blocks,
-and replaced where it transforms. The transformed body is serialised once and
-that is what goes upstream: the raw-body fast path ends where a filter changed
-something, so what is sent is exactly what was inspected.
+and replaced where it transforms. The step edits the outbound body and says so; the
+pipeline serialises it once for every step, so the raw-body fast path ends where a
+filter changed something and what is sent is exactly what was inspected.
 
 When a layer fails, the policy's ``on_error`` decides: ``fail_closed`` refuses the
 request; ``fail_open`` serves it with the layers that worked — the pattern layer
@@ -17,27 +17,22 @@ After dispatch: placeholders the answer repeats are put back (``Restorer``).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from portcullis.adapters.gateway import ResponseGuard, Step
-from portcullis.adapters.offload import serialised
 from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternDetector
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
+from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
 from portcullis.adapters.protocols.routes import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pii.context import names_a_type
 from portcullis.engine.pii.policy import OTHER, PiiPolicy, field_of, review
 from portcullis.engine.pii.recognizers import ALL_ENTITIES, Finding, resolve_overlaps
 from portcullis.engine.pii.redaction import REVERSIBLE, STRICTNESS, rewrite
-
-if TYPE_CHECKING:
-    from portcullis.adapters.gateway import Exchange
 
 log = logging.getLogger("portcullis.pii")
 
@@ -60,25 +55,24 @@ class PiiState:
     restored: int = 0
 
 
-class PiiGuard(Step):
+class PiiGuard(Step[PiiState]):
     def __init__(self, vault: Vault, detectors: Mapping[str, Detector], settings: VaultSettings | None = None) -> None:
         self._vault = vault
         self._detectors: dict[str, Detector] = {"patterns": PatternDetector(), **detectors}
         self._settings = settings or VaultSettings()
 
-    async def admit(self, exchange: Exchange) -> None:
+    async def admit(self, exchange: Exchange) -> Admission[PiiState] | None:
         assert exchange.plan is not None
-        if exchange.plan.pii is not None:
-            await self._filter(exchange, exchange.plan.pii)
+        if exchange.plan.pii is None:
+            return None
+        return await self._filter(exchange, exchange.plan.pii)
 
-    async def settle(self, exchange: Exchange) -> None:
-        state = exchange.pii
-        if state is not None and state.restored:
+    async def settle(self, exchange: Exchange, state: PiiState) -> None:
+        if state.restored:
             exchange.audit_outcome["pii"] = {"restored": state.restored}
 
-    def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
-        state = exchange.pii
-        if state is None or not state.policy.reversible:
+    def guards(self, exchange: Exchange, state: PiiState, upstream: ModuleType) -> list[ResponseGuard]:
+        if not state.policy.reversible:
             return []
         return [Restorer(state, self._vault, upstream)]
 
@@ -90,7 +84,7 @@ class PiiGuard(Step):
 
     # --- the filter ----------------------------------------------------------------------
 
-    async def _filter(self, exchange: Exchange, policy: PiiPolicy) -> None:
+    async def _filter(self, exchange: Exchange, policy: PiiPolicy) -> Admission[PiiState]:
         assert exchange.plan is not None and exchange.request is not None
         request = exchange.request
         protocol = PROTOCOLS[request.protocol]
@@ -114,13 +108,13 @@ class PiiGuard(Step):
         if refusal is not None:
             record["refused"] = refusal.code
             raise refusal
+        internal = None
         if judged.unsupported:  # the policy routes what it cannot cover to internal targets only
-            internal = tuple(t for t in exchange.plan.targets if t.internal)
+            internal = tuple(t for t in exchange.targets if t.internal)
             if not internal:
                 kinds = ", ".join(judged.unsupported)
                 message = f"the request carries content this team's PII policy cannot inspect ({kinds}) and no approved internal target serves this model"
                 raise GatewayError(ErrorKind.INVALID_REQUEST, message, code="pii_no_internal_target")
-            exchange.plan = dataclasses.replace(exchange.plan, targets=internal)
             record["internal_only"] = list(judged.unsupported)
         state = PiiState(policy)
         placeholders = await self._placeholders(exchange, policy, texts, findings, state, record)
@@ -135,11 +129,9 @@ class PiiGuard(Step):
             return result
 
         protocol.visit_prompt(request.body, transform)
-        if changed:
-            request.raw = await serialised(request.body, len(request.raw))  # off the event loop when large
-        exchange.pii = state
         record["actions"] = judged.actions
         record["session"] = state.session_scope is not None
+        return Admission(state, targets=internal, body_changed=changed)
 
     async def _detect(self, texts: list[str], prose: set[str], policy: PiiPolicy, exchange: Exchange, record: dict[str, Any]) -> dict[str, list[Finding]]:
         """Each layer's findings, merged; where findings overlap the one whose action is

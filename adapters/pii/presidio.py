@@ -25,7 +25,7 @@ from portcullis.adapters.pii.detectors import DetectorFailed
 from portcullis.engine.pii.recognizers import NER_ENTITIES, Finding
 
 if TYPE_CHECKING:
-    from portcullis.adapters.gateway import Exchange
+    from portcullis.adapters.pipeline import Exchange
 
 # spaCy labels -> Presidio entity types. ORGANIZATION must be mapped explicitly:
 # Presidio's default configuration ignores it.

@@ -36,9 +36,6 @@ class ParsedRequest:
     forward_headers: dict[str, str] = field(default_factory=dict)
     query: str = ""
     choices: int = 1  # completions the request asks for (OpenAI `n`): each can use max_tokens
-    # Set when a hard limit governs the request: every upstream body then names an output
-    # limit no larger than the target's ceiling, so the reserved bound really bounds it.
-    cap_output: bool = False
     session: str | None = None  # the client's conversation id, when it sends one
     tools: list[str] = field(default_factory=list)  # names of the tools the request offers the model
     hop: str | None = None  # a previous gateway's signed policy-prompt header, unverified

@@ -120,13 +120,13 @@ def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[st
     return headers
 
 
-def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int) -> bytes:
+def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int | None) -> bytes:
     """The client's own bytes, with only the model swapped when the names differ and, when
     the output must stay within ``ceiling``, a larger max_tokens lowered to it."""
     raw = request.raw
     if request.body.get("model") != upstream_model:
         raw = set_member(raw, "model", upstream_model)
-    if request.cap_output and (request.max_tokens or 0) > ceiling:
+    if ceiling is not None and (request.max_tokens or 0) > ceiling:
         raw = set_member(raw, "max_tokens", ceiling)
     return raw
 

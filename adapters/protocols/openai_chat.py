@@ -119,7 +119,7 @@ def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[st
     return headers
 
 
-def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int) -> bytes:
+def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int | None) -> bytes:
     """The client's own bytes, with the model swapped when the names differ; when the
     output must stay within ``ceiling``, an output limit set to it if missing or larger;
     and, for a stream, usage requested (the gateway must price every stream; the extra
@@ -127,7 +127,7 @@ def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int) 
     raw = request.raw
     if request.body.get("model") != upstream_model:
         raw = set_member(raw, "model", upstream_model)
-    if request.cap_output and (request.max_tokens is None or request.max_tokens > ceiling):
+    if ceiling is not None and (request.max_tokens is None or request.max_tokens > ceiling):
         # Clamp the field the client used; max_completion_tokens is the current name.
         legacy = "max_tokens" in request.body and "max_completion_tokens" not in request.body
         raw = set_member(raw, "max_tokens" if legacy else "max_completion_tokens", ceiling)

@@ -65,9 +65,9 @@ class Route:
     upstream: ModuleType
     translator: ModuleType | None
 
-    def upstream_body(self, request: ParsedRequest, target: Target) -> bytes:
+    def upstream_body(self, request: ParsedRequest, target: Target, cap_output: bool) -> bytes:
         if self.translator is None:
-            return self.upstream.passthrough_body(request, target.model, target.max_output_tokens)
+            return self.upstream.passthrough_body(request, target.model, target.max_output_tokens if cap_output else None)
         try:
             converted = self.translator.convert_request(request.body, target)
         except (TypeError, AttributeError, KeyError, ValueError) as error:
@@ -75,7 +75,7 @@ class Route:
             # is still the client's input, so it is a 400, not a gateway failure.
             log.warning("request conversion to %s failed on an unexpected shape (%s)", self.upstream.NAME, type(error).__name__)
             raise invalid(f"the request cannot be converted for this model's provider ({self.upstream.NAME})") from None
-        if request.cap_output:
+        if cap_output:
             field = "max_tokens" if self.upstream is anthropic_messages else "max_completion_tokens"
             converted[field] = min(converted.get(field) or target.max_output_tokens, target.max_output_tokens)
         return json.dumps(converted, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,70 @@
+"""The audit records of one request, built from its exchange: who asked, what the
+policy decided under which bundle, what was tried and served, what it cost. Counts,
+names and ids only — never a prompt, an answer or a credential. What steps add
+(``audit_started`` / ``audit_outcome``) is merged in as they wrote it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from portcullis.adapters.pipeline import Exchange
+from portcullis.engine.errors import GatewayError, printable
+
+
+def error_of(error: GatewayError) -> dict[str, Any]:
+    return {"kind": error.kind.name.lower(), "code": error.code}
+
+
+def refusal_record(exchange: Exchange, stage: str, error: GatewayError) -> dict[str, Any]:
+    """``request_denied``: refused at ``stage``, before anything went upstream."""
+    record: dict[str, Any] = {"request_id": exchange.request_id, "stage": stage, "protocol": exchange.protocol.NAME, "error": error_of(error)}
+    if exchange.principal is not None:
+        record["principal"] = exchange.principal.as_input()
+    if exchange.request is not None:
+        record["requested_model"] = printable(exchange.request.model)
+    if exchange.plan is not None and exchange.bundle is not None:
+        record["bundle"] = {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest}
+        record["decision"] = exchange.plan.audit_view()
+    record.update(exchange.audit_started)
+    return record
+
+
+def started_record(exchange: Exchange) -> dict[str, Any]:
+    """``request_started``: admitted, about to be dispatched."""
+    assert exchange.principal and exchange.request and exchange.plan and exchange.bundle
+    return {
+        "request_id": exchange.request_id,
+        "principal": exchange.principal.as_input(),
+        "protocol": exchange.request.protocol,
+        "stream": exchange.request.stream,
+        "requested_model": printable(exchange.request.model),
+        "model": exchange.plan.model,
+        "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
+        "decision": exchange.plan.audit_view(),
+        **exchange.audit_started,
+    }
+
+
+def outcome_record(exchange: Exchange, outcome: str, error: GatewayError | None = None) -> dict[str, Any]:
+    """``request_finished`` / ``request_failed`` / ``request_cancelled``."""
+    record: dict[str, Any] = {
+        "request_id": exchange.request_id,
+        "outcome": outcome,
+        "attempts": exchange.attempts,
+        "duration_ms": round((time.monotonic() - exchange.started) * 1000, 3),
+    }
+    if exchange.served is not None:
+        record["served"] = exchange.served.describe()
+        record["usage"] = {**exchange.usage.as_dict(), "complete": exchange.usage_complete}
+        record["cost_micro_usd"] = exchange.cost_micro_usd
+        record["price_version"] = exchange.price_version
+        if exchange.plan is not None and exchange.served.canonical_model != exchange.plan.model:
+            record["model_substituted_from"] = exchange.plan.model
+    record.update(exchange.audit_outcome)
+    if error is not None:
+        record["error"] = error_of(error)
+    return record
+
+
+OUTCOME_EVENTS = {"ok": "request_finished", "failed": "request_failed", "cancelled": "request_cancelled"}

@@ -1,0 +1,305 @@
+"""The request executor: it runs the pipeline for one request.
+
+    authenticate · parse · decide (route and re-authorise every candidate, in Rego) ·
+    admission steps (filters, reservations) · audit request_started · dispatch with
+    failover until committed · response guards · relay · settlement (cost, then the
+    steps) · audit the outcome
+
+Capabilities plug in as ``Step``s (``pipeline.py``) and upstream calls go through the
+``Dispatcher``: the executor names no capability and no protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
+from portcullis.adapters.audit_records import OUTCOME_EVENTS, outcome_record, refusal_record, started_record
+from portcullis.adapters.auth import Authenticator, Principal
+from portcullis.adapters.bundles import BundleManager
+from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
+from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
+from portcullis.adapters.ingress import client_address, read_body, request_id_of, session_of
+from portcullis.adapters.offload import off_loop, parse_apart, serialised
+from portcullis.adapters.pipeline import Clock, Exchange, ResponseGuard, Step, utc_now
+from portcullis.adapters.protocols import DEFAULT_LIMITS, ParsedRequest, RequestLimits
+from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.routes import Route
+from portcullis.adapters.providers import UpstreamUnreachable
+from portcullis.adapters.relay import StreamRelay
+from portcullis.adapters.streaming import RelayedStream
+from portcullis.adapters.upstream_errors import TryNext, unreachable
+from portcullis.engine.activation import ActiveBundle
+from portcullis.engine.errors import ErrorKind, GatewayError, printable
+from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
+from portcullis.engine.plan import DecisionPlan, Target
+from portcullis.engine.pricing import Usage
+from portcullis.engine.rego import PolicyError
+
+log = logging.getLogger("portcullis.gateway")
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+FALLBACK_HEADER = "x-portcullis-model-fallback"
+
+
+def internal_error() -> GatewayError:
+    return GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error")
+
+
+class Executor:
+    def __init__(
+        self,
+        bundles: BundleManager,
+        authenticator: Authenticator,
+        dispatcher: Dispatcher,
+        audit: AuditLog,
+        steps: list[Step],
+        max_request_bytes: int,
+        clock: Clock = utc_now,
+        limits: RequestLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self._bundles = bundles
+        self._auth = authenticator
+        self._dispatcher = dispatcher
+        self._audit = audit
+        self._steps = steps
+        self._max_request_bytes = max_request_bytes
+        self._clock = clock
+        self._limits = limits
+
+    # --- the pipeline ------------------------------------------------------------
+
+    async def handle(self, http: Request, protocol: WireProtocol) -> Response | RelayedStream:
+        exchange = Exchange(request_id_of(http), protocol, time.monotonic(), self._clock())
+        stage = "authenticate"
+        try:
+            exchange.principal = await self._auth.authenticate(http.headers, client_address(http))
+            stage = "parse"
+            raw = await read_body(http, self._max_request_bytes, self._limits.body_timeout_seconds)
+            exchange.request = await self._parse(protocol, raw, http)
+            exchange.request.session = session_of(http.headers)
+            exchange.request.hop = http.headers.get(HOP_HEADER)
+            stage = "decide"
+            exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile
+            exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request)
+            if not exchange.plan.allow:
+                raise exchange.plan.refusal()
+            exchange.targets = exchange.plan.targets
+            stage = "admit"
+            for step in self._steps:
+                exchange.admitted(step, await step.admit(exchange))
+            if exchange.body_changed:  # serialised once, whatever number of steps edited it
+                exchange.request.raw = await serialised(exchange.request.body, len(exchange.request.raw))
+        except GatewayError as error:
+            return await self._refuse(exchange, stage, error)
+        except Exception:  # a gateway bug before dispatch: refused in the client's protocol, and recorded
+            log.exception("request %s: unexpected error at stage %s", exchange.request_id, stage)
+            return await self._refuse(exchange, stage, internal_error())
+        try:
+            self._audit.append_or_raise("request_started", **started_record(exchange))
+        except AuditUnavailable:  # fail closed: nothing unaudited goes upstream
+            error = GatewayError(
+                ErrorKind.UNAVAILABLE, "the gateway cannot write its audit log right now; try again shortly", code="audit_unavailable", retry_after=5
+            )
+            return await self._refuse(exchange, "audit", error)
+        try:
+            return await self._dispatch_within_deadline(exchange)
+        except Exception:  # a gateway bug: the started record still gets its outcome
+            log.exception("request %s: unexpected error during dispatch", exchange.request_id)
+            return await self._finish_failed(exchange, internal_error())
+
+    async def _parse(self, protocol: WireProtocol, raw: bytes, http: Request) -> ParsedRequest:
+        """A large body is parsed and validated on a worker thread: the walk is pure
+        Python, and the event loop must keep serving every other client meanwhile."""
+        query = http.scope["query_string"].decode("latin-1")
+        if len(raw) <= self._limits.offload_bytes:
+            return protocol.parse(raw, http.headers, query, self._limits)
+        parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, self._limits)
+        if refusal is not None:
+            raise refusal
+        assert parsed is not None
+        return parsed
+
+    async def _dispatch_within_deadline(self, exchange: Exchange) -> Response | RelayedStream:
+        """Dispatch within the request's total deadline (``limits.request_deadline_seconds``,
+        counted from arrival): however many targets stall in turn, the client gets its
+        answer started, or a 504, in bounded time."""
+        deadline = asyncio.get_running_loop().time() + self._limits.request_deadline_seconds - (time.monotonic() - exchange.started)
+        scope = asyncio.timeout_at(deadline)
+        try:
+            async with scope:
+                return await self._dispatch(exchange)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            error = GatewayError(ErrorKind.TIMEOUT, "the request did not get an answer within the gateway's deadline", code="request_deadline")
+            return await self._finish_failed(exchange, error)
+
+    async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
+        request = exchange.request
+        assert request is not None
+
+        async def body(pair: Route, target: Target) -> bytes:
+            return await off_loop(len(request.raw), pair.upstream_body, request, target, exchange.cap_output)
+
+        def extra_headers(provider: str) -> dict[str, str]:
+            headers: dict[str, str] = {}
+            for step, state in self._admitted(exchange):
+                headers.update(step.outbound_headers(exchange, state, provider))
+            return headers
+
+        call = Call(
+            exchange.request_id,
+            request.protocol,
+            exchange.targets,
+            body,
+            tokens=exchange.bound_tokens,
+            query=request.query,
+            forward_headers=request.forward_headers,
+            extra_headers=extra_headers,
+            attempts=exchange.attempts,
+        )
+
+        async def answer(attempt: Attempt) -> Response | RelayedStream:
+            if request.stream:
+                return await self._relay_stream(exchange, call, attempt)
+            return await self._relay_body(exchange, call, attempt)
+
+        try:
+            return await self._dispatcher.dispatch(call, answer)
+        except DispatchFailed as failed:
+            return await self._finish_failed(exchange, failed.error)
+
+    async def _relay_body(self, exchange: Exchange, call: Call, attempt: Attempt) -> Response:
+        upstream, pair = attempt.upstream, attempt.route
+        try:
+            raw = await upstream.read(MAX_RESPONSE_BYTES)
+            document = json.loads(raw)
+        except UpstreamUnreachable as failure:
+            raise TryNext(failure.reason, unreachable(failure)) from None
+        except ValueError:
+            raise TryNext("malformed_response", GatewayError(ErrorKind.UPSTREAM, "the provider returned a malformed response")) from None
+        finally:
+            upstream.release()
+        call.record(attempt.target, "ok", upstream.status)
+        exchange.served = attempt.target
+        usage = pair.upstream.usage_of(document) if isinstance(document, dict) else None
+        exchange.usage = usage or Usage()
+        exchange.usage_complete = usage is not None
+        try:
+            for guard in self._guards(exchange, pair):
+                if await guard.document(document):
+                    raw = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+            body = pair.client_body(raw, document, int(time.time()))
+        except GatewayError as error:  # withheld: the provider's work is still charged
+            return await self._finish_failed(exchange, error)
+        await self._finish(exchange, "ok")
+        self._log(exchange, 200)
+        return Response(body, 200, headers=self._headers(exchange), media_type="application/json")
+
+    async def _relay_stream(self, exchange: Exchange, call: Call, attempt: Attempt) -> RelayedStream:
+        async def finish(outcome: str, error: GatewayError | None) -> None:
+            await self._finish(exchange, outcome, error)
+            self._log(exchange, 200, outcome)
+
+        relay = StreamRelay(exchange, attempt.route, attempt.upstream, self._guards(exchange, attempt.route), finish)
+        await relay.open()  # a stream that fails before its first event is the next target's turn
+        call.record(attempt.target, "ok", attempt.upstream.status)
+        exchange.served = attempt.target
+        assert exchange.request is not None
+        converter = attempt.route.stream_converter(exchange.request, int(time.time()))
+        headers = {**self._headers(exchange), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+        body = relay.body(converter)
+        opening = await anext(body, b"")  # started now, so closing it always settles and audits
+        return RelayedStream(200, headers, opening, body)
+
+    # --- bookkeeping ---------------------------------------------------------------
+
+    def _admitted(self, exchange: Exchange) -> list[tuple[Step, object]]:
+        return [(step, exchange.states[id(step)]) for step in self._steps if id(step) in exchange.states]
+
+    def _guards(self, exchange: Exchange, pair: Route) -> list[ResponseGuard]:
+        return [guard for step, state in self._admitted(exchange) for guard in step.guards(exchange, state, pair.upstream)]
+
+    async def _settle(self, exchange: Exchange) -> None:
+        """Cost is the usage the provider reported priced with the bundle's version in
+        effect for the served route; then every step that admitted the request settles."""
+        if exchange.served is not None and exchange.bundle is not None:
+            price = exchange.bundle.price_for(exchange.served, exchange.day)
+            exchange.cost_micro_usd = price.cost(exchange.usage)
+            exchange.price_version = price.effective_from.isoformat()
+        for step, state in self._admitted(exchange):
+            try:
+                await step.settle(exchange, state)
+            except Exception:  # settlement must never turn a served response into a failure
+                log.exception("request %s: settlement step %s failed", exchange.request_id, type(step).__name__)
+
+    async def _finish(self, exchange: Exchange, outcome: str, error: GatewayError | None = None) -> None:
+        """A dispatched request's end: settle, then record the outcome."""
+        await self._settle(exchange)
+        self._audit.append(OUTCOME_EVENTS[outcome], **outcome_record(exchange, outcome, error))
+
+    async def _finish_failed(self, exchange: Exchange, error: GatewayError) -> Response:
+        """A request that got no usable answer: settle what it reserved (released, or
+        held pending when a provider may have done the work), record it, refuse it."""
+        await self._finish(exchange, "failed", error)
+        return self._error(exchange, error)
+
+    async def _refuse(self, exchange: Exchange, stage: str, error: GatewayError) -> Response:
+        """Refused before dispatch: what steps admitted settles (nothing was sent, so a
+        reservation is released), and the refusal is recorded."""
+        await self._settle(exchange)
+        if error.code != "auth_rate_limited":  # throttled clients would flood the log; the failures that led here are recorded
+            self._audit.append("request_denied", **refusal_record(exchange, stage, error))
+        return self._error(exchange, error)
+
+    def _headers(self, exchange: Exchange) -> dict[str, str]:
+        headers = {name: exchange.request_id for name in REQUEST_ID_HEADERS}
+        plan, served = exchange.plan, exchange.served
+        if plan is not None and served is not None and plan.model and served.canonical_model != plan.model:
+            headers[FALLBACK_HEADER] = plan.model
+        return {**headers, **exchange.headers}
+
+    def _error(self, exchange: Exchange, error: GatewayError) -> Response:
+        self._log(exchange, error.kind.status, error.code or error.kind.name.lower())
+        return error_response(exchange.protocol.error_body(error, exchange.request_id), error, exchange.request_id)
+
+    def _log(self, exchange: Exchange, status: int, outcome: str = "ok") -> None:
+        served = exchange.served
+        log.info(
+            "%s %s status=%d outcome=%s team=%s requested=%s model=%s served=%s duration_ms=%.1f",
+            exchange.request_id,
+            exchange.protocol.NAME,
+            status,
+            outcome,
+            exchange.principal.team if exchange.principal else "-",
+            printable(exchange.request.model) if exchange.request else "-",  # the client's own name, made safe to log
+            exchange.plan.model if exchange.plan and exchange.plan.model else "-",
+            f"{served.provider}/{served.model}" if served else "-",
+            (time.monotonic() - exchange.started) * 1000,
+        )
+
+
+def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest) -> DecisionPlan:
+    input_document = {
+        "principal": principal.as_input(),
+        "request": {
+            "protocol": request.protocol,
+            "model": request.model,
+            "stream": request.stream,
+            "max_tokens": request.max_tokens,
+            "requires": request.requires,
+            "tools": request.tools,
+        },
+    }
+    try:
+        return bundle.decide(input_document)
+    except PolicyError as error:  # a broken policy refuses; it never lets a request through
+        log.error("policy evaluation failed: %s", error)
+        raise GatewayError(ErrorKind.INTERNAL, "the gateway's policy could not decide this request", code="policy_error") from None

@@ -1,0 +1,67 @@
+"""What the gateway takes from an HTTP request before it parses the body: the body
+itself within its bounds, the request id, the client's address and conversation id."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+
+from starlette.requests import ClientDisconnect, Request
+
+from portcullis.adapters.offload import off_loop
+from portcullis.engine.errors import ErrorKind, GatewayError
+
+
+async def read_body(http: Request, limit: int, seconds: float | None = None) -> bytes:
+    """Refuse a body over ``limit`` without buffering all of it, and one that takes
+    longer than ``seconds`` to arrive (a slow drip holds a connection and a buffer for
+    as long as the client likes)."""
+    declared = http.headers.get("content-length", "")
+    too_large = GatewayError(ErrorKind.REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes", code="body_too_large")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in http.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except ClientDisconnect:
+        raise GatewayError(ErrorKind.INVALID_REQUEST, "the client disconnected while sending the request", code="client_disconnected") from None
+    except TimeoutError:
+        raise GatewayError(ErrorKind.REQUEST_TIMEOUT, f"the request body did not arrive within {seconds:g} seconds", code="body_timeout") from None
+    return await off_loop(size, b"".join, chunks)
+
+
+SESSION_HEADERS = ("x-portcullis-session-id", "x-claude-code-session-id")
+
+
+def session_of(headers: Mapping[str, str]) -> str | None:
+    """The client's conversation id: scopes pseudonyms so they stay stable across turns.
+    It only ever narrows what a principal reaches (scopes include the principal)."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value and len(value) <= 256 and value.isprintable():
+            return value
+    return None
+
+
+def client_address(http: Request) -> str:
+    return http.client.host if http.client else "unknown"
+
+
+def request_id_of(http: Request) -> str:
+    """The id the request-id middleware gave this request (one id per request, in every
+    header, log line and audit record), or a new one outside it."""
+    state = http.scope.get("state")
+    given = state.get("request_id") if isinstance(state, dict) else None
+    return given if isinstance(given, str) else new_request_id()
+
+
+def new_request_id() -> str:
+    # Time-ordered, so audit records sort by arrival; random tail for uniqueness.
+    return f"req_{time.time_ns():x}{uuid.uuid4().hex[:12]}"

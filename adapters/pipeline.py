@@ -1,0 +1,132 @@
+"""The pipeline's vocabulary: one request's ``Exchange``, the ``Step``s that admit and
+settle it, and the ``ResponseGuard``s that see its answer.
+
+The executor runs the stages (authenticate · parse · decide · admit · dispatch ·
+guard · relay · settle · audit) and knows steps only through ``Step``; a step knows
+the executor only through the ``Exchange``. Neither imports the other, so a new step
+(a router, a paid guard) plugs in without either changing.
+
+What a step decides for dispatch travels back as an explicit ``Admission``, never as
+attributes set on the request: whether output is capped, the tokens the request may
+use, the targets it may still go to, whether it edited the outbound body. The
+outbound body is one representation (``request.body``): steps edit it in place, and
+the executor serialises it once, before dispatch, only if one of them changed it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.engine.pricing import Usage
+
+if TYPE_CHECKING:
+    from portcullis.adapters.auth import Principal
+    from portcullis.adapters.protocols.interfaces import WireProtocol
+    from portcullis.adapters.protocols.request import ParsedRequest
+    from portcullis.engine.activation import ActiveBundle
+    from portcullis.engine.plan import DecisionPlan, Target
+
+Clock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Admission(Generic[S]):
+    """What one step decided for a request it admitted. ``state`` is the step's own
+    (given back to its ``settle``, ``guards`` and ``outbound_headers``); the rest are
+    facts for dispatch, which the executor merges over every step."""
+
+    state: S
+    cap_output: bool = False  # every upstream body names an output limit within the target's ceiling
+    bound_tokens: int = 0  # the tokens the request may use, for provider key capacity
+    targets: tuple[Target, ...] | None = None  # only these of the authorised targets may serve it
+    body_changed: bool = False  # the step edited request.body: it is serialised again before dispatch
+
+
+@dataclass
+class Exchange:
+    """One request as it moves through the stages. Steps read it and add to its audit
+    records and response headers (counts and ids, never content)."""
+
+    request_id: str
+    protocol: WireProtocol  # the client's
+    started: float  # monotonic, for durations and the request deadline
+    arrived: dt.datetime  # from the gateway's clock: prices and periods in effect for the whole request
+    principal: Principal | None = None
+    request: ParsedRequest | None = None
+    bundle: ActiveBundle | None = None
+    plan: DecisionPlan | None = None
+    targets: tuple[Target, ...] = ()  # the plan's targets, as the steps narrowed them
+    cap_output: bool = False
+    bound_tokens: int = 0
+    body_changed: bool = False
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    served: Target | None = None
+    usage: Usage = field(default_factory=Usage)
+    usage_complete: bool = False
+    cost_micro_usd: int | None = None
+    price_version: str | None = None
+    states: dict[int, Any] = field(default_factory=dict, repr=False)  # id(step) -> its admitted state
+    audit_started: dict[str, Any] = field(default_factory=dict)
+    audit_outcome: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)  # what steps tell the client, on a served answer
+
+    @property
+    def day(self) -> dt.date:
+        return self.arrived.date()
+
+    def admitted(self, step: Step[S], admission: Admission[S] | None) -> None:
+        """Record what ``step`` decided and merge its dispatch facts."""
+        if admission is None:
+            return
+        self.states[id(step)] = admission.state
+        self.cap_output = self.cap_output or admission.cap_output
+        self.bound_tokens = max(self.bound_tokens, admission.bound_tokens)
+        self.body_changed = self.body_changed or admission.body_changed
+        if admission.targets is not None:
+            allowed = set(admission.targets)
+            self.targets = tuple(target for target in self.targets if target in allowed)
+
+    def state_of(self, step: Step[S]) -> S | None:
+        return self.states.get(id(step))
+
+
+class ResponseGuard(Protocol):
+    """Sees an answer before the client does and may change or withhold it (a
+    GatewayError). Streams pass through ``events`` and may be held back in order;
+    ``finish`` releases what is still held when the stream ends."""
+
+    async def document(self, document: dict[str, Any]) -> bool: ...
+    async def events(self, events: Iterable[SSEEvent]) -> list[SSEEvent]: ...
+    async def finish(self) -> list[SSEEvent]: ...
+
+
+class Step(Generic[S]):
+    """A stage that is not the executor's own. ``admit`` runs before dispatch and may
+    refuse (a GatewayError); ``settle`` runs once after the outcome is known, whatever
+    it was, for every step that admitted the request, and must not raise. ``state`` is
+    what this step's ``admit`` returned."""
+
+    async def admit(self, exchange: Exchange) -> Admission[S] | None:
+        return None
+
+    async def settle(self, exchange: Exchange, state: S) -> None:
+        return None
+
+    def outbound_headers(self, exchange: Exchange, state: S, provider: str) -> dict[str, str]:
+        """Headers this step adds to the request sent to ``provider`` (never credentials)."""
+        return {}
+
+    def guards(self, exchange: Exchange, state: S, upstream: WireProtocol) -> list[ResponseGuard]:
+        """Guards for this request's answer, in the provider's protocol, in the order they see it."""
+        return []
