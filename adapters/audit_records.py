@@ -1,15 +1,18 @@
-"""The audit records of one request, built from its exchange: who asked, what the
+"""The audit records of one request, and its log line, built from its exchange: who asked, what the
 policy decided under which bundle, what was tried and served, what it cost. Counts,
 names and ids only — never a prompt, an answer or a credential. What steps add
 (``audit_started`` / ``audit_outcome``) is merged in as they wrote it."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from portcullis.adapters.pipeline import Exchange
 from portcullis.engine.errors import GatewayError, printable
+
+log = logging.getLogger("portcullis.gateway")
 
 
 def error_of(error: GatewayError) -> dict[str, Any]:
@@ -68,3 +71,20 @@ def outcome_record(exchange: Exchange, outcome: str, error: GatewayError | None 
 
 
 OUTCOME_EVENTS = {"ok": "request_finished", "failed": "request_failed", "cancelled": "request_cancelled"}
+
+
+def log_request(exchange: Exchange, status: int, outcome: str = "ok") -> None:
+    """The request's one log line: ids, names and timing, never content."""
+    served = exchange.served
+    log.info(
+        "%s %s status=%d outcome=%s team=%s requested=%s model=%s served=%s duration_ms=%.1f",
+        exchange.request_id,
+        exchange.protocol.NAME,
+        status,
+        outcome,
+        exchange.principal.team if exchange.principal else "-",
+        printable(exchange.request.model) if exchange.request else "-",  # the client's own name, made safe to log
+        exchange.plan.model if exchange.plan and exchange.plan.model else "-",
+        f"{served.provider}/{served.model}" if served else "-",
+        (time.monotonic() - exchange.started) * 1000,
+    )

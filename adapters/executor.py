@@ -20,27 +20,26 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
-from portcullis.adapters.audit_records import OUTCOME_EVENTS, outcome_record, refusal_record, started_record
-from portcullis.adapters.auth import Authenticator, Principal
+from portcullis.adapters.audit_records import OUTCOME_EVENTS, log_request, outcome_record, refusal_record, started_record
+from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
 from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
-from portcullis.adapters.ingress import client_address, read_body, request_id_of, session_of
-from portcullis.adapters.offload import off_loop, parse_apart, serialised
+from portcullis.adapters.ingress import client_address, parse_request, read_body, request_id_of, session_of
+from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.pipeline import Clock, Exchange, ResponseGuard, Step, utc_now
-from portcullis.adapters.protocols import DEFAULT_LIMITS, ParsedRequest, RequestLimits
+from portcullis.adapters.policy_input import decide
+from portcullis.adapters.protocols import DEFAULT_LIMITS, RequestLimits
 from portcullis.adapters.protocols.interfaces import WireProtocol
 from portcullis.adapters.protocols.routes import Route
 from portcullis.adapters.providers import UpstreamUnreachable
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
 from portcullis.adapters.upstream_errors import TryNext, unreachable
-from portcullis.engine.activation import ActiveBundle
-from portcullis.engine.errors import ErrorKind, GatewayError, printable
+from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
-from portcullis.engine.plan import DecisionPlan, Target
+from portcullis.engine.plan import Target
 from portcullis.engine.pricing import Usage
-from portcullis.engine.rego import PolicyError
 
 log = logging.getLogger("portcullis.gateway")
 
@@ -82,7 +81,7 @@ class Executor:
             exchange.principal = await self._auth.authenticate(http.headers, client_address(http))
             stage = "parse"
             raw = await read_body(http, self._max_request_bytes, self._limits.body_timeout_seconds)
-            exchange.request = await self._parse(protocol, raw, http)
+            exchange.request = await parse_request(protocol, raw, http, self._limits)
             exchange.request.session = session_of(http.headers)
             exchange.request.hop = http.headers.get(HOP_HEADER)
             stage = "decide"
@@ -113,18 +112,6 @@ class Executor:
         except Exception:  # a gateway bug: the started record still gets its outcome
             log.exception("request %s: unexpected error during dispatch", exchange.request_id)
             return await self._finish_failed(exchange, internal_error())
-
-    async def _parse(self, protocol: WireProtocol, raw: bytes, http: Request) -> ParsedRequest:
-        """A large body is parsed and validated on a worker thread: the walk is pure
-        Python, and the event loop must keep serving every other client meanwhile."""
-        query = http.scope["query_string"].decode("latin-1")
-        if len(raw) <= self._limits.offload_bytes:
-            return protocol.parse(raw, http.headers, query, self._limits)
-        parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, self._limits)
-        if refusal is not None:
-            raise refusal
-        assert parsed is not None
-        return parsed
 
     async def _dispatch_within_deadline(self, exchange: Exchange) -> Response | RelayedStream:
         """Dispatch within the request's total deadline (``limits.request_deadline_seconds``,
@@ -200,13 +187,13 @@ class Executor:
         except GatewayError as error:  # withheld: the provider's work is still charged
             return await self._finish_failed(exchange, error)
         await self._finish(exchange, "ok")
-        self._log(exchange, 200)
+        log_request(exchange, 200)
         return Response(body, 200, headers=self._headers(exchange), media_type="application/json")
 
     async def _relay_stream(self, exchange: Exchange, call: Call, attempt: Attempt) -> RelayedStream:
         async def finish(outcome: str, error: GatewayError | None) -> None:
             await self._finish(exchange, outcome, error)
-            self._log(exchange, 200, outcome)
+            log_request(exchange, 200, outcome)
 
         relay = StreamRelay(exchange, attempt.route, attempt.upstream, self._guards(exchange, attempt.route), finish)
         await relay.open()  # a stream that fails before its first event is the next target's turn
@@ -267,39 +254,5 @@ class Executor:
         return {**headers, **exchange.headers}
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:
-        self._log(exchange, error.kind.status, error.code or error.kind.name.lower())
+        log_request(exchange, error.kind.status, error.code or error.kind.name.lower())
         return error_response(exchange.protocol.error_body(error, exchange.request_id), error, exchange.request_id)
-
-    def _log(self, exchange: Exchange, status: int, outcome: str = "ok") -> None:
-        served = exchange.served
-        log.info(
-            "%s %s status=%d outcome=%s team=%s requested=%s model=%s served=%s duration_ms=%.1f",
-            exchange.request_id,
-            exchange.protocol.NAME,
-            status,
-            outcome,
-            exchange.principal.team if exchange.principal else "-",
-            printable(exchange.request.model) if exchange.request else "-",  # the client's own name, made safe to log
-            exchange.plan.model if exchange.plan and exchange.plan.model else "-",
-            f"{served.provider}/{served.model}" if served else "-",
-            (time.monotonic() - exchange.started) * 1000,
-        )
-
-
-def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest) -> DecisionPlan:
-    input_document = {
-        "principal": principal.as_input(),
-        "request": {
-            "protocol": request.protocol,
-            "model": request.model,
-            "stream": request.stream,
-            "max_tokens": request.max_tokens,
-            "requires": request.requires,
-            "tools": request.tools,
-        },
-    }
-    try:
-        return bundle.decide(input_document)
-    except PolicyError as error:  # a broken policy refuses; it never lets a request through
-        log.error("policy evaluation failed: %s", error)
-        raise GatewayError(ErrorKind.INTERNAL, "the gateway's policy could not decide this request", code="policy_error") from None

@@ -1,5 +1,5 @@
-"""What the gateway takes from an HTTP request before it parses the body: the body
-itself within its bounds, the request id, the client's address and conversation id."""
+"""What the gateway takes from an HTTP request: the body within its bounds, parsed in
+the client's protocol, the request id, the client's address and conversation id."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from collections.abc import Mapping
 
 from starlette.requests import ClientDisconnect, Request
 
-from portcullis.adapters.offload import off_loop
+from portcullis.adapters.offload import off_loop, parse_apart
+from portcullis.adapters.protocols import ParsedRequest, RequestLimits
+from portcullis.adapters.protocols.interfaces import WireProtocol
 from portcullis.engine.errors import ErrorKind, GatewayError
 
 
@@ -65,3 +67,16 @@ def request_id_of(http: Request) -> str:
 def new_request_id() -> str:
     # Time-ordered, so audit records sort by arrival; random tail for uniqueness.
     return f"req_{time.time_ns():x}{uuid.uuid4().hex[:12]}"
+
+
+async def parse_request(protocol: WireProtocol, raw: bytes, http: Request, limits: RequestLimits) -> ParsedRequest:
+    """A large body is parsed and validated on a worker thread: the walk is pure
+    Python, and the event loop must keep serving every other client meanwhile."""
+    query = http.scope["query_string"].decode("latin-1")
+    if len(raw) <= limits.offload_bytes:
+        return protocol.parse(raw, http.headers, query, limits)
+    parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, limits)
+    if refusal is not None:
+        raise refusal
+    assert parsed is not None
+    return parsed

@@ -176,9 +176,9 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
     counters and settled; when the main call is then refused, its charge stays."""
     from portcullis.adapters.audit_log import AuditLog
     from portcullis.adapters.auth import Principal
-    from portcullis.adapters.executor import decide
     from portcullis.adapters.governance import Governance
     from portcullis.adapters.pipeline import Exchange
+    from portcullis.adapters.policy_input import decide
     from portcullis.adapters.protocols import anthropic_messages
     from portcullis.adapters.providers.mock import MockProvider
     from portcullis.engine.activation import activate

@@ -1,0 +1,67 @@
+"""``portcullis serve``: run the gateway."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from portcullis.adapters.cli.common import IDENTIFIER, Failure, with_config
+from portcullis.adapters.config import Config, load_config
+
+
+def register(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="run the gateway")
+    with_config(serve)
+    serve.add_argument("--demo-key", metavar="TEAM[/USER]", help="create a key for TEAM (and USER) and print ready-to-run examples")
+    serve.set_defaults(run=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from portcullis.adapters.app import serve
+    from portcullis.adapters.audit_log import AuditLogError
+    from portcullis.adapters.store import StoreUnavailable
+    from portcullis.engine.bundle import BundleError
+
+    if args.demo_key:  # the same names `keys create` accepts
+        for label, value in zip(("team", "user"), args.demo_key.partition("/")[::2], strict=True):
+            if value and not IDENTIFIER.fullmatch(value):
+                raise Failure(f"--demo-key {label} must be 1-128 letters, digits or ._@- and start with a letter or digit, as in the bundle's tenants")
+    config = load_config(Path(args.config))
+    if not _port_is_free(config, bool(args.demo_key)):
+        return 0
+    on_ready = None
+    if args.demo_key:
+        team, _, user = args.demo_key.partition("/")
+
+        async def on_ready(runtime: Any) -> None:
+            from portcullis.adapters.quickstart import demo_key, quickstart_text, state_dir
+
+            key, key_id, reused = await demo_key(runtime.store, state_dir(config), team, user or None)
+            print(quickstart_text(config, key, key_id, runtime.bundles.active, team, reused), flush=True)
+
+    try:
+        uvloop.run(serve(config, on_ready))
+    except BundleError as error:
+        raise Failure(f"policy bundle {config.bundle_path} refused: {error}") from None
+    except (StoreUnavailable, AuditLogError) as error:
+        raise Failure(str(error)) from None
+    return 0
+
+
+def _port_is_free(config: Config, quickstart: bool) -> bool:
+    """A second `make run` finds the first one serving: say so (and, for the quickstart,
+    where its key is) instead of a bind error. Another program on the port is an error."""
+    from portcullis.adapters.quickstart import already_serving_text, probe_port
+
+    occupant = probe_port(config.host, config.port)
+    if occupant.kind == "free":
+        return True
+    if occupant.kind == "other":
+        raise Failure(f"{config.host}:{config.port} is in use by another program (not a Portcullis gateway); stop it or change listen.port in {config.source}")
+    print(already_serving_text(config, occupant, quickstart))
+    if not quickstart:
+        raise Failure(f"another Portcullis is already serving on http://{config.host}:{config.port}")
+    return False
