@@ -171,7 +171,7 @@ Portcullis is ready on {base} (bundle revision {bundle.revision!r}).
   Claude Code (no /v1):
     ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=$PORTCULLIS_KEY claude
 
-  opencode: a provider's baseURL is {base}/v1 (see README, Clients)
+  opencode: a provider's baseURL is {base}/v1 (a complete opencode.json is in docs/clients.md)
   Models this key may use: curl -s {base}/v1/models -H "x-api-key: $PORTCULLIS_KEY"
 """
 

@@ -2,9 +2,9 @@
 
 Installs pinned Claude Code and opencode releases from npm into a cache directory,
 starts the quickstart configuration on a free port with a throwaway state directory,
-and runs each agent with a prompt the way the README tells users to — the README's
-own Claude Code line and opencode.json, read from the README, with only the port
-changed. A check passes when the agent exits 0 with the mock provider's answer and
+and runs each agent with a prompt the way the documentation tells users to — the
+Claude Code line and opencode.json of docs/clients.md, read from that page, with only
+the port changed. A check passes when the agent exits 0 with the mock provider's answer and
 every request it made was served (a refused title call fails the check too).
 
 Exits 0 with "skipped: npm unreachable" only when the agents are not cached and npm
@@ -28,9 +28,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+CLIENTS_DOC = ROOT / "docs" / "clients.md"  # holds the blocks marked <!-- agents-check: … -->
 QUICKSTART = ROOT / "examples" / "quickstart" / "config.yaml"
-README_BASE = "http://127.0.0.1:8080"  # the address the README's lines name
+DOC_BASE = "http://127.0.0.1:8080"  # the address the documented lines name
 CLAUDE_CODE_VERSIONS = ("2.1.197", "2.1.332")  # defaults: claude-opus-4-8 / claude-opus-5-5
 OPENCODE_VERSION = "1.18.33"
 PROMPT = "Reply with one short sentence."
@@ -73,7 +73,7 @@ def main() -> int:
             return 0
         for package in missing:
             install(package, cache)
-    claude_line, opencode_config = readme_agent_lines()
+    claude_line, opencode_config = documented_agent_lines()
     with tempfile.TemporaryDirectory(prefix="portcullis-agents-") as scratch:
         work = Path(scratch)
         gateway, base, key, log = start_gateway(work)
@@ -108,14 +108,14 @@ def install(package: Package, cache: Path) -> None:
         sys.exit(f"agents-check: npm install {package.name}@{package.version} failed:\n{result.stderr[-2000:]}")
 
 
-def readme_agent_lines() -> tuple[str, str]:
-    """The README's Claude Code command and opencode.json, as users copy them."""
-    text = README.read_text()
+def documented_agent_lines() -> tuple[str, str]:
+    """The documented Claude Code command and opencode.json, as users copy them."""
+    text = CLIENTS_DOC.read_text()
 
     def block(marker: str) -> str:
         found = re.search(rf"<!-- agents-check: {marker} -->\s*```\w*\n(.*?)```", text, re.S)
         if found is None:
-            sys.exit(f"agents-check: README.md has no block marked <!-- agents-check: {marker} -->")
+            sys.exit(f"agents-check: docs/clients.md has no block marked <!-- agents-check: {marker} -->")
         return found.group(1).strip()
 
     return block("claude-code"), block("opencode")
@@ -152,14 +152,14 @@ def build_checks(packages: list[Package], cache: Path, work: Path, base: str, ke
         env = {**common, "PATH": path}
         label = f"{package.binary} {package.version}"
         if package.binary == "claude":
-            line = claude_line.replace(README_BASE, base)
+            line = claude_line.replace(DOC_BASE, base)
             env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"  # no telemetry or update checks: the machine may be offline
             for extra, what in (("", "default model"), (" --model sonnet", "--model sonnet")):
                 command = ["bash", "-c", f'{line}{extra} -p "{PROMPT}" --output-format json']
                 checks.append(Check(f"{label} ({what})", package, command, env, True))
         else:
             config = work / "opencode.json"
-            config.write_text(opencode_config.replace(README_BASE, base))
+            config.write_text(opencode_config.replace(DOC_BASE, base))
             env.update(OPENCODE_CONFIG=str(config), OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1")
             variants: list[tuple[tuple[str, ...], str]] = [
                 ((), "anthropic provider, default model"),

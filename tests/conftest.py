@@ -250,7 +250,7 @@ def fakes(session_fakes: Fakes) -> Fakes:
 
 
 @dataclass
-class Gateway:
+class GatewayProcess:
     directory: Path
     config_path: Path
     process: subprocess.Popen | None = None
@@ -302,7 +302,7 @@ class Gateway:
                 return records
             time.sleep(0.02)
 
-    def start(self, env: dict[str, str] | None = None) -> Gateway:
+    def start(self, env: dict[str, str] | None = None) -> GatewayProcess:
         self.port = self.port or free_port()
         config = yaml.safe_load(self.config_path.read_text())
         config["listen"] = {**config.get("listen", {}), "host": "127.0.0.1", "port": self.port}  # keeps other listen settings
@@ -410,16 +410,16 @@ def gateway_config(directory: Path, fakes: Fakes, bundle: Path, **overrides: Any
     return config
 
 
-def new_gateway(directory: Path, fakes: Fakes, bundle: Path | None = None, **overrides: Any) -> Gateway:
+def new_gateway(directory: Path, fakes: Fakes, bundle: Path | None = None, **overrides: Any) -> GatewayProcess:
     directory.mkdir(parents=True, exist_ok=True)
     bundle = bundle or write_bundle(directory / "bundle")
     config_path = directory / "portcullis.yaml"
     config_path.write_text(yaml.safe_dump(gateway_config(directory, fakes, bundle, **overrides)))
-    return Gateway(directory, config_path)
+    return GatewayProcess(directory, config_path)
 
 
 @pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes) -> Iterator[Gateway]:
+def gateway(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes) -> Iterator[GatewayProcess]:
     """The shared gateway most tests talk to: embedded store, the standard bundle."""
     running = new_gateway(tmp_path_factory.mktemp("gateway"), session_fakes).start()
     yield running
@@ -429,9 +429,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes) -> I
 @pytest.fixture
 def fresh_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Any]:
     """A factory for a gateway of a test's own, stopped when the test ends."""
-    started: list[Gateway] = []
+    started: list[GatewayProcess] = []
 
-    def make(bundle: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> Gateway:
+    def make(bundle: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> GatewayProcess:
         running = new_gateway(tmp_path / f"gw{len(started)}", fakes, bundle, **overrides)
         started.append(running)
         return running.start(env)

@@ -24,6 +24,8 @@ import pytest
 from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, private_redis, target, write_bundle
 from tests.fake_provider import CutStream, Fail, Reply
 
+pytestmark = pytest.mark.served
+
 METERED = "metered-model"
 METERED_UPSTREAM = "metered-upstream"
 # Input is free and output costs $50 per million tokens, so a request with max_tokens

@@ -22,6 +22,8 @@ import pytest
 
 from tests.conftest import Fakes
 
+pytestmark = pytest.mark.served
+
 SEED = 20261201
 LIMITS = {"max_request_bytes": 262144, "max_messages": 40, "max_tools": 16, "max_content_blocks": 60, "max_nesting_depth": 32, "max_header_bytes": 4096}
 

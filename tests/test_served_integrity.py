@@ -21,6 +21,8 @@ from portcullis.engine.integrity.policy import CANARY_NOTE
 from tests.conftest import CATALOG, TENANTS, Fakes, deep_copy, wait_for, write_bundle
 from tests.fake_provider import Reply, ToolCall
 
+pytestmark = pytest.mark.served
+
 SONNET_UPSTREAM = "claude-sonnet-4-5-20250929"
 MINI_UPSTREAM = "gpt-4o-mini-2024-07-18"
 CANARY = "PCX-CANARY-test-8d1e22aa"

@@ -11,10 +11,13 @@ from typing import Any
 
 import aiohttp
 import psycopg
+import pytest
 
-from tests.conftest import Fakes, Gateway, Services
+from tests.conftest import Fakes, GatewayProcess, Services
 from tests.fake_provider import Reply
-from tests.test_governance import BODY, headers, metered_bundle, shared, unique_team
+from tests.test_served_governance import BODY, headers, metered_bundle, shared, unique_team
+
+pytestmark = pytest.mark.served
 
 BURST = 1_000
 RPM = 100
@@ -49,7 +52,7 @@ def ledger_totals(services: Services, *teams: str) -> tuple[int, int, int]:
     return row[0], row[1], row[2]
 
 
-def audited_charges(gateways: list[Gateway]) -> int:
+def audited_charges(gateways: list[GatewayProcess]) -> int:
     outcomes = [r for g in gateways for r in g.settled(timeout=20) if r["event"] in ("request_finished", "request_failed", "request_cancelled")]
     return sum(r.get("charged_micro_usd", 0) for r in outcomes)
 

@@ -13,8 +13,10 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import UPSTREAM_KEY, Fakes, Gateway
+from tests.conftest import UPSTREAM_KEY, Fakes, GatewayProcess
 from tests.fake_provider import Fail
+
+pytestmark = pytest.mark.served
 
 SECRET_PROMPT = "my card is 4111 1111 1111 1111 and the launch code is ZEBRA-42"
 
@@ -24,7 +26,7 @@ def verify(path: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def busy_gateway(fresh_gateway, fakes: Fakes) -> Gateway:
+def busy_gateway(fresh_gateway, fakes: Fakes) -> GatewayProcess:
     gateway = fresh_gateway()
     key = gateway.key("eng")
     claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
@@ -43,7 +45,7 @@ def busy_gateway(fresh_gateway, fakes: Fakes) -> Gateway:
     return gateway
 
 
-def test_records_link_start_to_outcome(busy_gateway: Gateway) -> None:
+def test_records_link_start_to_outcome(busy_gateway: GatewayProcess) -> None:
     records = busy_gateway.settled()
     started = [r for r in records if r["event"] == "request_started"]
     assert len(started) == 3
@@ -60,14 +62,14 @@ def test_records_link_start_to_outcome(busy_gateway: Gateway) -> None:
     assert next(r for r in denied if r["stage"] == "decide")["decision"]["reasons"] == ["model_not_allowed"]
 
 
-def test_no_prompt_key_or_provider_secret_is_written_anywhere(busy_gateway: Gateway) -> None:
+def test_no_prompt_key_or_provider_secret_is_written_anywhere(busy_gateway: GatewayProcess) -> None:
     busy_gateway.settled()
     written = busy_gateway.audit_path.read_text() + busy_gateway.logs()
     for secret in [SECRET_PROMPT, "4111 1111", "ZEBRA-42", UPSTREAM_KEY, "pk-" + "Z" * 43, *busy_gateway.keys.values()]:
         assert secret not in written
 
 
-def test_intact_log_verifies(busy_gateway: Gateway) -> None:
+def test_intact_log_verifies(busy_gateway: GatewayProcess) -> None:
     busy_gateway.settled()
     result = verify(busy_gateway.audit_path)
     assert result.returncode == 0, result.stdout
@@ -99,7 +101,7 @@ def alter_cost(lines: list[str]) -> list[str]:
     ],
     ids=["altered", "removed", "reordered", "truncated-write"],
 )
-def test_tampering_is_detected_and_located(busy_gateway: Gateway, tmp_path: Path, change, problem: str) -> None:
+def test_tampering_is_detected_and_located(busy_gateway: GatewayProcess, tmp_path: Path, change, problem: str) -> None:
     result = verify(tampered(busy_gateway.audit_path, tmp_path, change))
     assert result.returncode == 1
     assert problem in result.stdout and "line " in result.stdout

@@ -20,6 +20,8 @@ import pytest
 from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, private_redis, target, write_bundle
 from tests.fake_provider import Reply, ToolCall
 
+pytestmark = pytest.mark.served
+
 SONNET_UPSTREAM = "claude-sonnet-4-5-20250929"
 MINI_UPSTREAM = "gpt-4o-mini-2024-07-18"
 

@@ -19,14 +19,16 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Fakes, Gateway, wait_for
+from tests.conftest import Fakes, GatewayProcess, wait_for
 from tests.fake_provider import Reply
+
+pytestmark = pytest.mark.served
 
 HI = [{"role": "user", "content": "Hi"}]
 SLOW = "a slow answer in many small pieces"
 
 
-def stream_in_background(gateway: Gateway, protocol: str) -> tuple[threading.Thread, dict[str, Any]]:
+def stream_in_background(gateway: GatewayProcess, protocol: str) -> tuple[threading.Thread, dict[str, Any]]:
     result: dict[str, Any] = {}
     key = gateway.key("eng")
 
@@ -50,12 +52,12 @@ def stream_in_background(gateway: Gateway, protocol: str) -> tuple[threading.Thr
     return worker, result
 
 
-def wal_left(gateway: Gateway) -> bool:
+def wal_left(gateway: GatewayProcess) -> bool:
     """SQLite removes its write-ahead log when the last connection closes cleanly."""
     return (gateway.directory / "state.db-wal").exists()
 
 
-def reservation_state(gateway: Gateway, request_id: str) -> str:
+def reservation_state(gateway: GatewayProcess, request_id: str) -> str:
     with contextlib.closing(sqlite3.connect(gateway.directory / "state.db")) as db:
         return db.execute("SELECT state FROM reservations WHERE request_id = ?", (request_id,)).fetchone()[0]
 

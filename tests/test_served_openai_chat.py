@@ -6,16 +6,18 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import UPSTREAM_KEY, Fakes, Gateway
+from tests.conftest import UPSTREAM_KEY, Fakes, GatewayProcess
 from tests.fake_provider import Reply, ToolCall
+
+pytestmark = pytest.mark.served
 
 
 @pytest.fixture
-def client(gateway: Gateway) -> openai.OpenAI:
+def client(gateway: GatewayProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"), max_retries=0)
 
 
-def test_completion_round_trip(client: openai.OpenAI, gateway: Gateway, fakes: Fakes) -> None:
+def test_completion_round_trip(client: openai.OpenAI, gateway: GatewayProcess, fakes: Fakes) -> None:
     completion = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}])
     assert completion.choices[0].message.content == "Hello from the fake provider."
     assert completion.usage.prompt_tokens == 100
@@ -32,7 +34,7 @@ def test_stream_with_usage_requested_by_the_client(client: openai.OpenAI, fakes:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 20
 
 
-def test_stream_without_usage_hides_the_usage_chunk_the_gateway_asked_for(client: openai.OpenAI, gateway: Gateway, fakes: Fakes) -> None:
+def test_stream_without_usage_hides_the_usage_chunk_the_gateway_asked_for(client: openai.OpenAI, gateway: GatewayProcess, fakes: Fakes) -> None:
     response = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}], stream=True)
     chunks = list(response.parse())
     assert all(chunk.choices for chunk in chunks)  # no usage-only chunk reached the client
@@ -54,14 +56,14 @@ def test_tool_calls_stream_through(client: openai.OpenAI, fakes: Fakes) -> None:
     assert arguments == '{"q": "portcullis"}'
 
 
-def test_body_goes_upstream_byte_for_byte(gateway: Gateway, fakes: Fakes) -> None:
+def test_body_goes_upstream_byte_for_byte(gateway: GatewayProcess, fakes: Fakes) -> None:
     body = b'{"messages":[{"role":"developer","content":"be brief"},{"role":"user","content":"hi"}],"temperature":0.2,"seed":7,"model":"gpt-4o-mini-exact"}'
     response = httpx.post(f"{gateway.url}/v1/chat/completions", content=body, headers={"authorization": f"Bearer {gateway.key('eng')}"})
     assert response.status_code == 200, response.text
     assert fakes.openai_main.received[0].body == body
 
 
-def test_models_lists_only_what_the_key_may_use(gateway: Gateway) -> None:
+def test_models_lists_only_what_the_key_may_use(gateway: GatewayProcess) -> None:
     eng = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"))
     assert {m.id for m in eng.models.list()} == {
         "claude-sonnet-4-5",

@@ -15,7 +15,9 @@ import pytest
 
 from tests.conftest import Fakes
 from tests.fake_provider import Reply, ToolCall
-from tests.test_pii import MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
+from tests.test_served_pii import MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
+
+pytestmark = pytest.mark.served
 
 NUMBERS = {
     "teams": ["eng"],

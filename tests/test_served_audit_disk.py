@@ -28,7 +28,9 @@ import pytest
 
 from tests.conftest import Fakes
 from tests.fake_provider import Reply
-from tests.test_governance import METERED, METERED_UPSTREAM, budget_cap, metered_bundle
+from tests.test_served_governance import METERED, METERED_UPSTREAM, budget_cap, metered_bundle
+
+pytestmark = pytest.mark.served
 
 DISK_BYTES = 256 * 1024
 HI = [{"role": "user", "content": "x"}]

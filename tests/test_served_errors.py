@@ -13,18 +13,20 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CATALOG, TENANTS, Fakes, Gateway, deep_copy, write_bundle
+from tests.conftest import CATALOG, TENANTS, Fakes, GatewayProcess, deep_copy, write_bundle
 from tests.fake_provider import Fail
+
+pytestmark = pytest.mark.served
 
 ANTHROPIC = {"anthropic-version": "2023-06-01"}
 HAIKU_UPSTREAM = "claude-haiku-4-5-20251001"
 
 
-def messages(gateway: Gateway, body: dict[str, Any], **headers: str) -> httpx.Response:
+def messages(gateway: GatewayProcess, body: dict[str, Any], **headers: str) -> httpx.Response:
     return httpx.post(f"{gateway.url}/v1/messages", json=body, headers={**ANTHROPIC, "x-api-key": gateway.key("eng"), **headers})
 
 
-def chat(gateway: Gateway, body: dict[str, Any]) -> httpx.Response:
+def chat(gateway: GatewayProcess, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {gateway.key('eng')}"})
 
 
@@ -47,7 +49,7 @@ def chat(gateway: Gateway, body: dict[str, Any]) -> httpx.Response:
          "messages[0].tool_calls[0].id: expected a string, got a number"),
     ],
 )  # fmt: skip
-def test_wrong_types_are_400s_that_name_the_clients_field(gateway: Gateway, fakes: Fakes, call: Any, body: dict[str, Any], message: str) -> None:
+def test_wrong_types_are_400s_that_name_the_clients_field(gateway: GatewayProcess, fakes: Fakes, call: Any, body: dict[str, Any], message: str) -> None:
     response = call(gateway, body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["message"] == message
@@ -56,7 +58,7 @@ def test_wrong_types_are_400s_that_name_the_clients_field(gateway: Gateway, fake
     assert not any(fake.received for fake in fakes.all())
 
 
-def test_unknown_but_valid_fields_still_pass_through_byte_for_byte(gateway: Gateway, fakes: Fakes) -> None:
+def test_unknown_but_valid_fields_still_pass_through_byte_for_byte(gateway: GatewayProcess, fakes: Fakes) -> None:
     body = {
         "model": "claude-haiku-4-5",
         "max_tokens": 5,
@@ -74,7 +76,7 @@ def test_unknown_but_valid_fields_still_pass_through_byte_for_byte(gateway: Gate
     assert fakes.anthropic_eu.received[-1].body == raw.replace(b'"claude-haiku-4-5"', f'"{HAIKU_UPSTREAM}"'.encode())
 
 
-def test_errors_echo_a_short_escaped_excerpt_never_the_whole_value(gateway: Gateway) -> None:
+def test_errors_echo_a_short_escaped_excerpt_never_the_whole_value(gateway: GatewayProcess) -> None:
     huge_role = "<b>" + "r" * 200_000
     response = chat(gateway, {"model": "haiku", "messages": [{"role": huge_role, "content": "x"}]})  # converted for an Anthropic provider
     assert response.status_code == 400
@@ -85,12 +87,12 @@ def test_errors_echo_a_short_escaped_excerpt_never_the_whole_value(gateway: Gate
 
 
 @pytest.fixture
-def prompt_gateway(tmp_path: Path, fresh_gateway: Any) -> Gateway:
+def prompt_gateway(tmp_path: Path, fresh_gateway: Any) -> GatewayProcess:
     policy = {"teams": ["eng"], "prompt": {"version": "1", "text": "Follow the company's rules."}}
     return fresh_gateway(bundle=write_bundle(tmp_path / "b", deep_copy(TENANTS), deep_copy(CATALOG), integrity={"rules": policy}))
 
 
-def test_error_paths_keep_the_clients_index_when_a_policy_prompt_is_inserted(prompt_gateway: Gateway, fakes: Fakes) -> None:
+def test_error_paths_keep_the_clients_index_when_a_policy_prompt_is_inserted(prompt_gateway: GatewayProcess, fakes: Fakes) -> None:
     late_system = {"model": "haiku", "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "late"}]}
     response = chat(prompt_gateway, late_system)  # Chat client, Anthropic provider: the prompt is messages[0] upstream
     assert response.status_code == 400
@@ -107,7 +109,7 @@ def test_error_paths_keep_the_clients_index_when_a_policy_prompt_is_inserted(pro
     assert not any(fake.received for fake in fakes.all())
 
 
-def test_every_refusal_carries_a_code_both_sdks_read(gateway: Gateway) -> None:
+def test_every_refusal_carries_a_code_both_sdks_read(gateway: GatewayProcess) -> None:
     client = anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0)
     with pytest.raises(anthropic.NotFoundError) as refused:
         client.messages.create(model="no-such-model", max_tokens=5, messages=[{"role": "user", "content": "x"}])
@@ -125,7 +127,7 @@ def test_every_refusal_carries_a_code_both_sdks_read(gateway: Gateway) -> None:
     assert bad.value.code == "invalid_request" and bad.value.response.headers["x-portcullis-error-code"] == "invalid_request"
 
 
-def test_every_response_carries_a_request_id(gateway: Gateway) -> None:
+def test_every_response_carries_a_request_id(gateway: GatewayProcess) -> None:
     responses = [
         httpx.get(f"{gateway.url}/v1/models", headers=ANTHROPIC),  # 401: no key
         httpx.get(f"{gateway.url}/v1/models", headers={"x-api-key": gateway.key("eng"), **ANTHROPIC}),
@@ -143,7 +145,7 @@ def test_every_response_carries_a_request_id(gateway: Gateway) -> None:
     assert responses[0].json()["request_id"] == ids[0] and responses[0].headers["x-portcullis-error-code"]
 
 
-def test_a_trailing_slash_is_served_never_redirected(gateway: Gateway, fakes: Fakes) -> None:
+def test_a_trailing_slash_is_served_never_redirected(gateway: GatewayProcess, fakes: Fakes) -> None:
     body = {"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
     headers = {**ANTHROPIC, "x-api-key": gateway.key("eng"), "host": "attacker.example"}
     response = httpx.post(f"{gateway.url}/v1/messages/", json=body, headers=headers, follow_redirects=False)
@@ -152,7 +154,7 @@ def test_a_trailing_slash_is_served_never_redirected(gateway: Gateway, fakes: Fa
     assert response.status_code == 404 and "location" not in response.headers
 
 
-def test_unknown_routes_answer_in_the_protocol_the_path_belongs_to(gateway: Gateway) -> None:
+def test_unknown_routes_answer_in_the_protocol_the_path_belongs_to(gateway: GatewayProcess) -> None:
     responses_api = httpx.post(f"{gateway.url}/v1/responses", json={"model": "gpt-4o-mini", "input": "x"})
     assert responses_api.status_code == 404
     assert responses_api.json() == {
@@ -170,7 +172,7 @@ def test_unknown_routes_answer_in_the_protocol_the_path_belongs_to(gateway: Gate
         assert f"{response.headers['x-portcullis-request-id']} unknown route" in logs
 
 
-def test_a_provider_4xx_the_client_caused_stays_a_4xx(gateway: Gateway, fakes: Fakes) -> None:
+def test_a_provider_4xx_the_client_caused_stays_a_4xx(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_eu.script(HAIKU_UPSTREAM, Fail(431))
     response = messages(gateway, {"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}, **{"anthropic-beta": "b" * 2000})
     assert response.status_code == 431 and response.json()["error"]["type"] == "request_too_large"
@@ -178,7 +180,7 @@ def test_a_provider_4xx_the_client_caused_stays_a_4xx(gateway: Gateway, fakes: F
     assert len(fakes.anthropic_eu.received) == 1  # another target would refuse it too: not retried
 
 
-def test_an_oversized_forwarded_header_is_refused_before_dispatch(gateway: Gateway, fakes: Fakes) -> None:
+def test_an_oversized_forwarded_header_is_refused_before_dispatch(gateway: GatewayProcess, fakes: Fakes) -> None:
     beta = ",".join(f"feature-{i}-2025-01-01" for i in range(3500))  # ~80 KB
     response = messages(gateway, {"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}, **{"anthropic-beta": beta})
     assert response.status_code == 431 and response.headers["x-portcullis-error-code"] == "header_too_large"
@@ -186,7 +188,7 @@ def test_an_oversized_forwarded_header_is_refused_before_dispatch(gateway: Gatew
     assert not any(fake.received for fake in fakes.all())
 
 
-def test_deep_json_inside_tool_arguments_is_capped_like_the_body(gateway: Gateway, fakes: Fakes) -> None:
+def test_deep_json_inside_tool_arguments_is_capped_like_the_body(gateway: GatewayProcess, fakes: Fakes) -> None:
     # The translator and the filters parse and walk tool-call arguments as they do the body, so the same cap applies.
     call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "[" * 900 + "]" * 900}}
     body = {"model": "haiku", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [call]}]}

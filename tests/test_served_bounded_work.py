@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import Fakes
 from tests.fake_provider import Hang
 
+pytestmark = pytest.mark.served
+
 ANTHROPIC = {"anthropic-version": "2023-06-01", "content-type": "application/json"}
 SONNET_UPSTREAM = "claude-sonnet-4-5-20250929"
 HAIKU_UPSTREAM = "claude-haiku-4-5-20251001"

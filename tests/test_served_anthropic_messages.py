@@ -8,16 +8,18 @@ import anthropic
 import httpx
 import pytest
 
-from tests.conftest import UPSTREAM_KEY, Fakes, Gateway
+from tests.conftest import UPSTREAM_KEY, Fakes, GatewayProcess
 from tests.fake_provider import Reply, ToolCall
+
+pytestmark = pytest.mark.served
 
 
 @pytest.fixture
-def client(gateway: Gateway) -> anthropic.Anthropic:
+def client(gateway: GatewayProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0)
 
 
-def test_message_reaches_the_provider_with_the_provider_key_and_comes_back(client: anthropic.Anthropic, gateway: Gateway, fakes: Fakes) -> None:
+def test_message_reaches_the_provider_with_the_provider_key_and_comes_back(client: anthropic.Anthropic, gateway: GatewayProcess, fakes: Fakes) -> None:
     message = client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
     assert message.content[0].text == "Hello from the fake provider."
     assert message.usage.input_tokens == 100 and message.usage.output_tokens == 20
@@ -28,7 +30,7 @@ def test_message_reaches_the_provider_with_the_provider_key_and_comes_back(clien
     assert received.json["model"] == "claude-sonnet-4-5-20250929"
 
 
-def test_alias_resolves_to_the_canonical_model(client: anthropic.Anthropic, gateway: Gateway, fakes: Fakes) -> None:
+def test_alias_resolves_to_the_canonical_model(client: anthropic.Anthropic, gateway: GatewayProcess, fakes: Fakes) -> None:
     response = client.messages.with_raw_response.create(model="sonnet", max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
     request_id = response.headers["x-portcullis-request-id"]
     assert response.parse().model == "claude-sonnet-4-5-20250929"
@@ -52,7 +54,7 @@ def test_stream_is_relayed_and_accumulated_by_the_sdk(client: anthropic.Anthropi
     assert final.usage.output_tokens == 20 and final.stop_reason == "tool_use"
 
 
-def test_body_goes_upstream_byte_for_byte(gateway: Gateway, fakes: Fakes) -> None:
+def test_body_goes_upstream_byte_for_byte(gateway: GatewayProcess, fakes: Fakes) -> None:
     # Key order, spacing, cache_control and unknown fields survive when nothing needs changing.
     body = (
         b'{"system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],\n'
@@ -76,14 +78,14 @@ def test_body_goes_upstream_byte_for_byte(gateway: Gateway, fakes: Fakes) -> Non
     assert received.headers["anthropic-beta"] == "context-management-2025-06-27"
 
 
-def test_only_the_model_name_changes_when_an_alias_is_used(gateway: Gateway, fakes: Fakes) -> None:
+def test_only_the_model_name_changes_when_an_alias_is_used(gateway: GatewayProcess, fakes: Fakes) -> None:
     body = b'{ "model" : "sonnet",\n  "max_tokens": 64, "messages": [{"role": "user", "content": "x"}] }'
     response = httpx.post(f"{gateway.url}/v1/messages", content=body, headers={"x-api-key": gateway.key("eng"), "anthropic-version": "2023-06-01"})
     assert response.status_code == 200, response.text
     assert fakes.anthropic_us.received[0].body == body.replace(b'"sonnet"', b'"claude-sonnet-4-5-20250929"')
 
 
-def test_bearer_and_x_api_key_both_authenticate(gateway: Gateway) -> None:
+def test_bearer_and_x_api_key_both_authenticate(gateway: GatewayProcess) -> None:
     for header in ({"x-api-key": gateway.key("eng")}, {"authorization": f"Bearer {gateway.key('eng')}"}):
         response = httpx.post(
             f"{gateway.url}/v1/messages",
@@ -93,7 +95,7 @@ def test_bearer_and_x_api_key_both_authenticate(gateway: Gateway) -> None:
         assert response.status_code == 200, response.text
 
 
-def test_claude_code_style_request_passes_through(gateway: Gateway, fakes: Fakes) -> None:
+def test_claude_code_style_request_passes_through(gateway: GatewayProcess, fakes: Fakes) -> None:
     body = {
         "model": "claude-sonnet-4-5-exact",
         "max_tokens": 32,
@@ -118,7 +120,7 @@ def test_claude_code_style_request_passes_through(gateway: Gateway, fakes: Fakes
     assert "x-claude-code-session-id" not in fakes.anthropic_us.received[0].headers
 
 
-def test_nothing_of_the_provider_reaches_the_client(gateway: Gateway, fakes: Fakes) -> None:
+def test_nothing_of_the_provider_reaches_the_client(gateway: GatewayProcess, fakes: Fakes) -> None:
     response = httpx.post(
         f"{gateway.url}/v1/messages",
         json={"model": "haiku", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]},
@@ -129,7 +131,7 @@ def test_nothing_of_the_provider_reaches_the_client(gateway: Gateway, fakes: Fak
     assert response.headers["request-id"] == response.headers["x-portcullis-request-id"]  # ours, not the provider's
 
 
-def test_client_disconnect_mid_stream_is_recorded_as_cancelled(gateway: Gateway, fakes: Fakes) -> None:
+def test_client_disconnect_mid_stream_is_recorded_as_cancelled(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script("claude-sonnet-4-5-20250929", Reply(text="a long answer that the client will not wait for", event_delay=0.5))
     with httpx.stream(
         "POST",

@@ -5,16 +5,18 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import Fakes, Gateway
+from tests.conftest import Fakes, GatewayProcess
+
+pytestmark = pytest.mark.served
 
 ANTHROPIC = {"anthropic-version": "2023-06-01", "content-type": "application/json"}
 
 
-def anthropic_call(gateway: Gateway, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+def anthropic_call(gateway: GatewayProcess, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
     return httpx.post(f"{gateway.url}/v1/messages", content=body, headers={**ANTHROPIC, "x-api-key": gateway.key("eng"), **(headers or {})})
 
 
-def openai_call(gateway: Gateway, body: bytes) -> httpx.Response:
+def openai_call(gateway: GatewayProcess, body: bytes) -> httpx.Response:
     return httpx.post(
         f"{gateway.url}/v1/chat/completions", content=body, headers={"authorization": f"Bearer {gateway.key('eng')}", "content-type": "application/json"}
     )
@@ -37,7 +39,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("body", "status", "message"), CASES)
-def test_anthropic_bad_input(gateway: Gateway, fakes: Fakes, body: bytes, status: int, message: str) -> None:
+def test_anthropic_bad_input(gateway: GatewayProcess, fakes: Fakes, body: bytes, status: int, message: str) -> None:
     response = anthropic_call(gateway, body)
     assert response.status_code == status
     document = response.json()
@@ -56,13 +58,13 @@ def test_anthropic_bad_input(gateway: Gateway, fakes: Fakes, body: bytes, status
         (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "not served"),
     ],
 )
-def test_openai_bad_input(gateway: Gateway, body: bytes, status: int, message: str) -> None:
+def test_openai_bad_input(gateway: GatewayProcess, body: bytes, status: int, message: str) -> None:
     response = openai_call(gateway, body)
     assert response.status_code == status
     assert message in response.json()["error"]["message"]
 
 
-def test_body_over_the_limit_is_413_declared_or_streamed(gateway: Gateway, fakes: Fakes) -> None:
+def test_body_over_the_limit_is_413_declared_or_streamed(gateway: GatewayProcess, fakes: Fakes) -> None:
     big = b'{"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "' + b"x" * 300_000 + b'"}]}'
     declared = anthropic_call(gateway, big)
     assert declared.status_code == 413 and declared.json()["error"]["type"] == "request_too_large"
@@ -76,7 +78,7 @@ def test_body_over_the_limit_is_413_declared_or_streamed(gateway: Gateway, fakes
     assert not any(fake.received for fake in fakes.all())
 
 
-def test_unknown_paths_and_methods_answer_in_json(gateway: Gateway) -> None:
+def test_unknown_paths_and_methods_answer_in_json(gateway: GatewayProcess) -> None:
     missing = httpx.post(f"{gateway.url}/v1/nothing-here", json={})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_route"
     wrong_method = httpx.get(f"{gateway.url}/v1/messages")
@@ -84,7 +86,7 @@ def test_unknown_paths_and_methods_answer_in_json(gateway: Gateway) -> None:
     assert "POST" in wrong_method.headers["allow"]
 
 
-def test_upstream_validation_error_is_relayed_as_400(gateway: Gateway, fakes: Fakes) -> None:
+def test_upstream_validation_error_is_relayed_as_400(gateway: GatewayProcess, fakes: Fakes) -> None:
     # The gateway does not second-guess what the provider validates: the provider's
     # own 400 comes back as a 400 in the client's format, and is not retried.
     response = anthropic_call(gateway, b'{"model": "haiku", "max_tokens": 5}')
@@ -106,7 +108,7 @@ def test_upstream_validation_error_is_relayed_as_400(gateway: Gateway, fakes: Fa
         (b'{"model": "haiku", "max_tokens": ' + b"9" * 5000 + b', "messages": []}', "number too long"),
     ],
 )
-def test_hostile_bodies_are_refused_and_the_gateway_survives(gateway: Gateway, fakes: Fakes, body: bytes, message: str) -> None:
+def test_hostile_bodies_are_refused_and_the_gateway_survives(gateway: GatewayProcess, fakes: Fakes, body: bytes, message: str) -> None:
     response = anthropic_call(gateway, body)
     assert response.status_code == 400 and message in response.json()["error"]["message"]
     assert not any(fake.received for fake in fakes.all())
@@ -130,7 +132,7 @@ def test_hostile_bodies_are_refused_and_the_gateway_survives(gateway: Gateway, f
         ),
     ],
 )
-def test_wrong_types_in_converted_requests_are_400(gateway: Gateway, fakes: Fakes, path: str, body: dict, message: str) -> None:
+def test_wrong_types_in_converted_requests_are_400(gateway: GatewayProcess, fakes: Fakes, path: str, body: dict, message: str) -> None:
     headers = {"x-api-key": gateway.key("eng"), "anthropic-version": "2023-06-01"}
     response = httpx.post(f"{gateway.url}{path}", json=body, headers=headers)
     assert response.status_code == 400, response.text

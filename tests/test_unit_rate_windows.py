@@ -12,7 +12,7 @@ import pytest
 
 from portcullis.adapters.store.ledger import Final, Reservation
 from portcullis.engine.governance import WINDOW_MS, Bound, CounterLimit, Limits, charges
-from tests.test_ledger import with_ledger  # noqa: F401  (the fixture: embedded and shared ledgers)
+from tests.test_unit_ledger import with_ledger  # noqa: F401  (the fixture: embedded and shared ledgers)
 
 # Just before a calendar minute ends, in the future so the real clock never interferes.
 EDGE = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(second=58, microsecond=0)

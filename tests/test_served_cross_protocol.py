@@ -8,8 +8,10 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import Fakes, Gateway
+from tests.conftest import Fakes, GatewayProcess
 from tests.fake_provider import Reply, ToolCall
+
+pytestmark = pytest.mark.served
 
 TOOLS_OPENAI = [
     {
@@ -21,12 +23,12 @@ TOOLS_ANTHROPIC = [{"name": "get_weather", "description": "Weather", "input_sche
 
 
 @pytest.fixture
-def chat(gateway: Gateway) -> openai.OpenAI:
+def chat(gateway: GatewayProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"), max_retries=0)
 
 
 @pytest.fixture
-def messages(gateway: Gateway) -> anthropic.Anthropic:
+def messages(gateway: GatewayProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0)
 
 

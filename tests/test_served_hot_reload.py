@@ -16,8 +16,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import CATALOG, TENANTS, Fakes, Gateway, deep_copy, wait_for, write_bundle
+from tests.conftest import CATALOG, TENANTS, Fakes, GatewayProcess, deep_copy, wait_for, write_bundle
 from tests.fake_provider import Reply
+
+pytestmark = pytest.mark.served
 
 HI = [{"role": "user", "content": "Hi"}]
 
@@ -34,11 +36,11 @@ def keypair(directory: Path, name: str, kind: str = "rsa") -> tuple[Path, Path]:
     return private_path, public_path
 
 
-def revision(gateway: Gateway) -> str:
+def revision(gateway: GatewayProcess) -> str:
     return httpx.get(f"{gateway.url}/readyz").json()["bundle"]["revision"]
 
 
-def status_of(gateway: Gateway, model: str, team: str = "eng") -> int:
+def status_of(gateway: GatewayProcess, model: str, team: str = "eng") -> int:
     response = httpx.post(
         f"{gateway.url}/v1/messages",
         json={"model": model, "max_tokens": 8, "messages": HI},

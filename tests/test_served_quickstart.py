@@ -24,6 +24,8 @@ import yaml
 
 from tests.fake_provider import free_port
 
+pytestmark = pytest.mark.served
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

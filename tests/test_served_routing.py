@@ -9,24 +9,26 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import Fakes, Gateway, gateway_config
+from tests.conftest import Fakes, GatewayProcess, gateway_config
 from tests.fake_provider import CutStream, Fail, Hang, Redirect, StreamError, free_port
+
+pytestmark = pytest.mark.served
 
 SONNET_UPSTREAM = "claude-sonnet-4-5-20250929"
 HAIKU_UPSTREAM = "claude-haiku-4-5-20251001"
 HI = [{"role": "user", "content": "Hi"}]
 
 
-def claude(gateway: Gateway, team: str = "eng", user: str | None = None) -> anthropic.Anthropic:
+def claude(gateway: GatewayProcess, team: str = "eng", user: str | None = None) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key(team, user), max_retries=0)
 
 
-def decision_of(gateway: Gateway, request_id: str) -> dict:
+def decision_of(gateway: GatewayProcess, request_id: str) -> dict:
     record = next(r for r in gateway.records_for(request_id) if r["event"] in ("request_started", "request_denied"))
     return record["decision"]
 
 
-def test_model_outside_the_allow_list_is_refused(gateway: Gateway, fakes: Fakes) -> None:
+def test_model_outside_the_allow_list_is_refused(gateway: GatewayProcess, fakes: Fakes) -> None:
     with pytest.raises(anthropic.PermissionDeniedError) as refused:
         claude(gateway, "eng", "carol").messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=HI)
     assert refused.value.body["error"]["type"] == "permission_error"
@@ -34,12 +36,12 @@ def test_model_outside_the_allow_list_is_refused(gateway: Gateway, fakes: Fakes)
     assert all(not fake.received for fake in fakes.all())
 
 
-def test_alias_of_a_forbidden_model_is_refused_too(gateway: Gateway) -> None:
+def test_alias_of_a_forbidden_model_is_refused_too(gateway: GatewayProcess) -> None:
     with pytest.raises(anthropic.PermissionDeniedError):
         claude(gateway, "eng", "carol").messages.create(model="sonnet", max_tokens=8, messages=HI)
 
 
-def test_unknown_model_is_not_found_in_each_protocol(gateway: Gateway) -> None:
+def test_unknown_model_is_not_found_in_each_protocol(gateway: GatewayProcess) -> None:
     with pytest.raises(anthropic.NotFoundError) as missing:
         claude(gateway).messages.create(model="claude-imaginary", max_tokens=8, messages=HI)
     assert missing.value.body["error"]["type"] == "not_found_error"
@@ -48,7 +50,7 @@ def test_unknown_model_is_not_found_in_each_protocol(gateway: Gateway) -> None:
     assert missing_openai.value.code == "model_not_found"
 
 
-def test_region_lock_keeps_traffic_in_the_allowed_region(gateway: Gateway, fakes: Fakes) -> None:
+def test_region_lock_keeps_traffic_in_the_allowed_region(gateway: GatewayProcess, fakes: Fakes) -> None:
     response = claude(gateway, "eu-team").messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
     assert response.status_code == 200
     assert not fakes.anthropic_us.received and len(fakes.anthropic_eu.received) == 1
@@ -56,7 +58,7 @@ def test_region_lock_keeps_traffic_in_the_allowed_region(gateway: Gateway, fakes
     assert decision["rejected_targets"][0]["region"] == "us-east-1" and decision["rejected_targets"][0]["reasons"] == ["region_not_allowed"]
 
 
-def test_region_lock_refuses_a_model_with_no_target_in_region(gateway: Gateway, fakes: Fakes) -> None:
+def test_region_lock_refuses_a_model_with_no_target_in_region(gateway: GatewayProcess, fakes: Fakes) -> None:
     with pytest.raises(anthropic.PermissionDeniedError):
         claude(gateway, "eu-team").messages.create(model="claude-opus-4-1", max_tokens=8, messages=HI)
     with pytest.raises(anthropic.PermissionDeniedError):  # a user can narrow regions too
@@ -64,7 +66,7 @@ def test_region_lock_refuses_a_model_with_no_target_in_region(gateway: Gateway, 
     assert not fakes.anthropic_us.received
 
 
-def test_failover_to_the_next_target_before_anything_was_sent(gateway: Gateway, fakes: Fakes) -> None:
+def test_failover_to_the_next_target_before_anything_was_sent(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, Fail(529))
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
     assert response.status_code == 200
@@ -75,7 +77,7 @@ def test_failover_to_the_next_target_before_anything_was_sent(gateway: Gateway, 
     assert finished["served"]["region"] == "eu-west-1" and "model_substituted_from" not in finished
 
 
-def test_fallback_model_is_visible_to_client_and_audit(gateway: Gateway, fakes: Fakes) -> None:
+def test_fallback_model_is_visible_to_client_and_audit(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, Fail(500))
     fakes.anthropic_eu.script(SONNET_UPSTREAM, Fail(503))
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
@@ -87,7 +89,7 @@ def test_fallback_model_is_visible_to_client_and_audit(gateway: Gateway, fakes: 
     assert finished["served"]["canonical_model"] == "claude-haiku-4-5"
 
 
-def test_fallback_is_reauthorised_and_never_reaches_a_forbidden_model(gateway: Gateway, fakes: Fakes) -> None:
+def test_fallback_is_reauthorised_and_never_reaches_a_forbidden_model(gateway: GatewayProcess, fakes: Fakes) -> None:
     # sonnet-only may use sonnet, whose fallback haiku it may not: when sonnet fails,
     # the request fails rather than escalating to haiku.
     fakes.anthropic_us.script(SONNET_UPSTREAM, Fail(529))
@@ -119,20 +121,20 @@ def test_provider_rate_limit_reaches_the_client_and_cools_the_key(fresh_gateway,
     assert len(fakes.openai_main.received) == 1
 
 
-def test_timeout_fails_over(gateway: Gateway, fakes: Fakes) -> None:
+def test_timeout_fails_over(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, Hang(6))  # the gateway's read timeout is 3 s
     message = claude(gateway).messages.create(model="sonnet", max_tokens=8, messages=HI)
     assert message.content[0].text and len(fakes.anthropic_eu.received) == 1
 
 
-def test_stream_failing_before_its_first_event_fails_over(gateway: Gateway, fakes: Fakes) -> None:
+def test_stream_failing_before_its_first_event_fails_over(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, StreamError(after=0))
     with claude(gateway).messages.stream(model="sonnet", max_tokens=8, messages=HI) as stream:
         assert "".join(stream.text_stream) == "Hello from the fake provider."
     assert len(fakes.anthropic_eu.received) == 1
 
 
-def test_no_failover_after_the_stream_was_committed(gateway: Gateway, fakes: Fakes) -> None:
+def test_no_failover_after_the_stream_was_committed(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, CutStream(after=4))
     received_text = []
     with pytest.raises(anthropic.APIStatusError) as cut, claude(gateway).messages.stream(model="sonnet", max_tokens=8, messages=HI) as stream:
@@ -147,7 +149,7 @@ def test_no_failover_after_the_stream_was_committed(gateway: Gateway, fakes: Fak
     assert failed["served"]["provider"] == "anthropic-us" and failed["usage"]["complete"] is False
 
 
-def test_openai_stream_error_after_commit_ends_with_an_error_event(gateway: Gateway, fakes: Fakes) -> None:
+def test_openai_stream_error_after_commit_ends_with_an_error_event(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.openai_main.script("gpt-4o-mini-2024-07-18", StreamError(after=2))
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"), max_retries=0)
     with pytest.raises(openai.APIError):
@@ -156,7 +158,7 @@ def test_openai_stream_error_after_commit_ends_with_an_error_event(gateway: Gate
     assert len(fakes.openai_main.received) == 1
 
 
-def test_capability_missing_everywhere_is_a_clear_400(gateway: Gateway, fakes: Fakes) -> None:
+def test_capability_missing_everywhere_is_a_clear_400(gateway: GatewayProcess, fakes: Fakes) -> None:
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"), max_retries=0)
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
@@ -176,7 +178,7 @@ def test_unreachable_provider_fails_over(fresh_gateway, fakes: Fakes) -> None:
     assert [a["outcome"] for a in finished["attempts"]] == ["connect", "ok"]
 
 
-def test_every_target_failing_is_a_502_in_the_client_protocol(gateway: Gateway, fakes: Fakes) -> None:
+def test_every_target_failing_is_a_502_in_the_client_protocol(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, Fail(503))
     fakes.anthropic_eu.script(SONNET_UPSTREAM, Fail(503))
     fakes.anthropic_eu.script(HAIKU_UPSTREAM, Fail(503))
@@ -194,13 +196,13 @@ def test_attempts_are_bounded(fresh_gateway, fakes: Fakes) -> None:
     assert not fakes.anthropic_eu.received
 
 
-def test_provider_refusing_the_gateway_fails_over(gateway: Gateway, fakes: Fakes) -> None:
+def test_provider_refusing_the_gateway_fails_over(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, Fail(401))  # an expired key on one target
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
     assert response.status_code == 200 and len(fakes.anthropic_eu.received) == 1
 
 
-def test_redirects_are_never_followed(gateway: Gateway, fakes: Fakes) -> None:
+def test_redirects_are_never_followed(gateway: GatewayProcess, fakes: Fakes) -> None:
     fakes.anthropic_us.script(SONNET_UPSTREAM, Redirect(f"{fakes.openai_main.url}/v1/messages"))
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=8, messages=HI)
     assert response.status_code == 200

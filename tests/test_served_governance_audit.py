@@ -11,9 +11,9 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import OUTCOME_EVENTS, Fakes, Gateway, Services
+from tests.conftest import OUTCOME_EVENTS, Fakes, GatewayProcess, Services
 from tests.fake_provider import CutStream, Fail, Hang, Reply
-from tests.test_governance import (
+from tests.test_served_governance import (
     ACTUAL,
     BODY,
     BOUND,
@@ -27,10 +27,12 @@ from tests.test_governance import (
     unique_team,
 )
 
+pytestmark = pytest.mark.served
+
 CHAT_BODY = {"model": METERED_CHAT, "max_tokens": 1000, "messages": [{"role": "user", "content": "x"}]}
 
 
-def ledger_charges(gateway: Gateway, kind: str, services: Services | None, team: str) -> dict[str, int]:
+def ledger_charges(gateway: GatewayProcess, kind: str, services: Services | None, team: str) -> dict[str, int]:
     query = "SELECT request_id, cost_micro_usd FROM reservations WHERE team = "
     if kind == "embedded":
         with sqlite3.connect(gateway.directory / "state.db") as connection:
@@ -81,7 +83,7 @@ def test_audit_charges_equal_ledger_charges(kind: str, tmp_path: Path, fresh_gat
 
 
 def test_a_requests_sub_calls_count_in_its_audit_charge(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    from tests.test_pii import SONNET_UPSTREAM, classifier_bundle
+    from tests.test_served_pii import SONNET_UPSTREAM, classifier_bundle
 
     rules = {"eng-day": {"subject": {"team": "eng"}, "budget": {"limit_usd": "5", "period": "CalendarDay"}}}
     gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "b", rules))

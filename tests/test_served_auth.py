@@ -12,13 +12,15 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Fakes, Gateway, Services, create_key, new_gateway
+from tests.conftest import Fakes, GatewayProcess, Services, create_key, new_gateway
+
+pytestmark = pytest.mark.served
 
 HI = [{"role": "user", "content": "Hi"}]
 MESSAGE = {"model": "haiku", "max_tokens": 8, "messages": HI}
 
 
-def post_messages(gateway: Gateway, headers: dict[str, str]) -> httpx.Response:
+def post_messages(gateway: GatewayProcess, headers: dict[str, str]) -> httpx.Response:
     return httpx.post(f"{gateway.url}/v1/messages", json=MESSAGE, headers={"anthropic-version": "2023-06-01", **headers})
 
 
@@ -32,7 +34,7 @@ def post_messages(gateway: Gateway, headers: dict[str, str]) -> httpx.Response:
         ({"authorization": "Bearer"}, "missing API key"),
     ],
 )
-def test_authentication_failures_are_401_in_anthropic_format(gateway: Gateway, fakes: Fakes, headers: dict[str, str], message: str) -> None:
+def test_authentication_failures_are_401_in_anthropic_format(gateway: GatewayProcess, fakes: Fakes, headers: dict[str, str], message: str) -> None:
     response = post_messages(gateway, headers)
     assert response.status_code == 401
     assert response.json()["type"] == "error"
@@ -41,7 +43,7 @@ def test_authentication_failures_are_401_in_anthropic_format(gateway: Gateway, f
     assert not fakes.anthropic_eu.received
 
 
-def test_authentication_failure_in_openai_format(gateway: Gateway) -> None:
+def test_authentication_failure_in_openai_format(gateway: GatewayProcess) -> None:
     with pytest.raises(openai.AuthenticationError) as failed:
         openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="pk-wrong", max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=HI)
     assert failed.value.code == "invalid_api_key"
@@ -63,7 +65,7 @@ def test_revoked_key_is_refused(fresh_gateway, fakes: Fakes) -> None:
     assert response.status_code == 401 and "revoked" in response.json()["error"]["message"]
 
 
-def test_key_of_a_team_the_bundle_does_not_know_is_forbidden(gateway: Gateway, fakes: Fakes) -> None:
+def test_key_of_a_team_the_bundle_does_not_know_is_forbidden(gateway: GatewayProcess, fakes: Fakes) -> None:
     with pytest.raises(anthropic.PermissionDeniedError) as refused:
         anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("ghost-team"), max_retries=0).messages.create(**MESSAGE)
     assert "team" in refused.value.body["error"]["message"]
