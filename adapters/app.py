@@ -142,19 +142,19 @@ def create_app(runtime: Runtime) -> Starlette:
     gateway = runtime.gateway
 
     async def messages(request: Request) -> Any:
-        return await gateway.handle(request, anthropic_messages)
+        return await gateway.handle(request, anthropic_messages.PROTOCOL)
 
     async def chat_completions(request: Request) -> Any:
-        return await gateway.handle(request, openai_chat)
+        return await gateway.handle(request, openai_chat.PROTOCOL)
 
     async def models(request: Request) -> Response:
         # One document both SDKs accept: OpenAI's list shape plus Anthropic's fields.
-        protocol = anthropic_messages if "anthropic-version" in request.headers else openai_chat
+        protocol = anthropic_messages.PROTOCOL if "anthropic-version" in request.headers else openai_chat.PROTOCOL
         try:
             principal = await runtime.authenticator.authenticate(request.headers, client_address(request))
         except GatewayError as error:
             headers = {ERROR_CODE_HEADER: error.error_code, **({"retry-after": str(error.retry_after)} if error.retry_after is not None else {})}
-            return Response(protocol.error_body(error, request_id_for(request.scope)), error.kind.status, headers=headers, media_type="application/json")
+            return Response(protocol.wire.error_body(error, request_id_for(request.scope)), error.kind.status, headers=headers, media_type="application/json")
         bundle = runtime.bundles.active
         ids = bundle.visible_models(principal.as_input())
         data = [

@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import ClientDisconnect, Request
@@ -28,9 +27,12 @@ from starlette.responses import Response
 from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
 from portcullis.adapters.auth import Authenticator, Principal
 from portcullis.adapters.bundles import BundleManager
+from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.offload import off_loop, parse_apart
-from portcullis.adapters.protocols import DEFAULT_LIMITS, ParsedRequest, RequestLimits, error_message
-from portcullis.adapters.protocols.routes import Route, route
+from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.jsonbody import error_message
+from portcullis.adapters.protocols.registry import Route, route
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS, ParsedRequest
 from portcullis.adapters.protocols.sse import SSEError, SSEEvent, SSEParser
 from portcullis.adapters.providers import Provider, UpstreamResponse, UpstreamUnreachable
 from portcullis.adapters.providers.keys import KeyPool
@@ -65,13 +67,16 @@ class Exchange:
     """One request's state as it moves through the stages."""
 
     request_id: str
-    protocol: ModuleType
+    protocol: WireProtocol
     started: float
     day: dt.date = field(default_factory=lambda: dt.datetime.now(dt.UTC).date())  # prices in effect for the whole request
     principal: Principal | None = None
     request: ParsedRequest | None = None
     bundle: ActiveBundle | None = None
     plan: DecisionPlan | None = None
+    # Set when a hard limit governs the request: every upstream body then names an output
+    # limit no larger than the target's ceiling, so the reserved bound really bounds it.
+    cap_output: bool = False
     attempts: list[dict[str, Any]] = field(default_factory=list)
     served: Target | None = None
     usage: Usage = field(default_factory=Usage)
@@ -102,7 +107,7 @@ class Step:
         """Headers this step adds to the request sent to ``provider`` (never credentials)."""
         return {}
 
-    def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
+    def guards(self, exchange: Exchange, upstream: WireProtocol) -> list[ResponseGuard]:
         """Stage-8 guards for this request's answer, in the provider's protocol, in the
         order they see it."""
         return []
@@ -145,7 +150,7 @@ class Gateway:
 
     # --- the pipeline ------------------------------------------------------------
 
-    async def handle(self, http: Request, protocol: ModuleType) -> Response | RelayedStream:
+    async def handle(self, http: Request, protocol: WireProtocol) -> Response | RelayedStream:
         exchange = Exchange(request_id_of(http), protocol, time.monotonic())
         stage = "authenticate"
         try:
@@ -181,12 +186,12 @@ class Gateway:
             log.exception("request %s: unexpected error during dispatch", exchange.request_id)
             return await self._finish_failed(exchange, GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error"))
 
-    async def _parse(self, protocol: ModuleType, raw: bytes, http: Request) -> ParsedRequest:
+    async def _parse(self, protocol: WireProtocol, raw: bytes, http: Request) -> ParsedRequest:
         """Stage 2. A large body is parsed and validated on a worker thread: the walk is
         pure Python, and the event loop must keep serving every other client meanwhile."""
         query = http.scope["query_string"].decode("latin-1")
         if len(raw) <= self._limits.offload_bytes:
-            return protocol.parse(raw, http.headers, query, self._limits)
+            return protocol.wire.parse(raw, http.headers, query, self._limits)
         parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, self._limits)
         if refusal is not None:
             raise refusal
@@ -217,7 +222,7 @@ class Gateway:
             provider = self._providers[target.provider]
             pair = route(exchange.request.protocol, provider.protocol or exchange.request.protocol)
             try:
-                body = await off_loop(len(exchange.request.raw), pair.upstream_body, exchange.request, target)
+                body = await off_loop(len(exchange.request.raw), pair.upstream_body, exchange.request, target, exchange.cap_output)
             except GatewayError as error:  # this target cannot express the request; another might
                 self._attempt(exchange, target, "unconvertible")
                 last_error = error
@@ -234,11 +239,11 @@ class Gateway:
                     ErrorKind.RATE_LIMITED, "the model's providers are at capacity; try again later", code="no_capacity", retry_after=wait
                 )
                 continue
-            headers = pair.upstream.upstream_headers(key.secret, exchange.request.forward_headers)  # the credential joins only here
+            headers = pair.upstream.wire.upstream_headers(key.secret, exchange.request.forward_headers)  # the credential joins only here
             for step in self._steps:
                 headers.update(step.outbound_headers(exchange, target.provider))
             try:
-                upstream = await provider.send(pair.upstream.UPSTREAM_PATH, exchange.request.query, headers, body)
+                upstream = await provider.send(pair.upstream.wire.UPSTREAM_PATH, exchange.request.query, headers, body)
             except UpstreamUnreachable as failure:
                 self._attempt(exchange, target, failure.reason)
                 last_error = _unreachable(failure)
@@ -273,7 +278,7 @@ class Gateway:
             upstream.release()
         self._attempt(exchange, target, "ok", upstream.status)
         exchange.served = target
-        usage = pair.upstream.usage_of(document) if isinstance(document, dict) else None
+        usage = pair.upstream.wire.usage_of(document) if isinstance(document, dict) else None
         exchange.usage = usage or Usage()
         exchange.usage_complete = usage is not None
         try:
@@ -293,7 +298,7 @@ class Gateway:
         stream and then fails at once (an ``error`` event first) is still a failover
         case, because the client has seen nothing yet."""
         parser = SSEParser()
-        meter = pair.upstream.StreamUsage()
+        meter = pair.upstream.wire.StreamUsage()
         first: list = []
         chunks = upstream.chunks()
         try:
@@ -314,7 +319,7 @@ class Gateway:
         except _TryNext:
             await _abandon(upstream, chunks)
             raise
-        if pair.upstream.is_error_event(first[0]):
+        if pair.upstream.wire.is_error_event(first[0]):
             await _abandon(upstream, chunks)
             raise _TryNext("error_event", GatewayError(ErrorKind.UPSTREAM, "the provider failed before streaming any output"))
         self._attempt(exchange, target, "ok", upstream.status)
@@ -335,7 +340,7 @@ class Gateway:
                 batch, failed = [], None
                 for event in pending:
                     meter.feed(event)
-                    if pair.upstream.is_error_event(event):
+                    if pair.upstream.wire.is_error_event(event):
                         failed = error_message(event.json()) or "the provider reported an error"
                         break
                     batch.append(event)
@@ -361,15 +366,15 @@ class Gateway:
             outcome = "ok"
         except UpstreamUnreachable as failure:
             outcome, error = "failed", GatewayError(ErrorKind.UPSTREAM, f"the provider connection failed mid-stream ({failure.reason})")
-            yield exchange.protocol.stream_error(error)
+            yield exchange.protocol.wire.stream_error(error)
         except (GatewayError, SSEError, ValueError) as failure:
             error = failure if isinstance(failure, GatewayError) else GatewayError(ErrorKind.UPSTREAM, "the provider sent a malformed stream")
             outcome = "failed"
-            yield exchange.protocol.stream_error(error)
+            yield exchange.protocol.wire.stream_error(error)
         except Exception:  # a gateway bug mid-stream: end the stream cleanly, keep the record
             log.exception("request %s: unexpected error while relaying the stream", exchange.request_id)
             outcome, error = "failed", GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error")
-            yield exchange.protocol.stream_error(error)
+            yield exchange.protocol.wire.stream_error(error)
         finally:
             await _abandon(upstream, chunks)
             exchange.usage, exchange.usage_complete = meter.usage, meter.complete and meter.known
@@ -426,7 +431,7 @@ class Gateway:
         record: dict[str, Any] = {
             "request_id": exchange.request_id,
             "stage": stage,
-            "protocol": exchange.protocol.NAME,
+            "protocol": exchange.protocol.name,
             "error": {"kind": error.kind.name.lower(), "code": error.code},
         }
         if exchange.principal is not None:
@@ -507,14 +512,14 @@ class Gateway:
         if error.retry_after is not None:
             headers["retry-after"] = str(error.retry_after)
         self._log(exchange, error.kind.status, error.code or error.kind.name.lower())
-        return Response(exchange.protocol.error_body(error, exchange.request_id), error.kind.status, headers=headers, media_type="application/json")
+        return Response(exchange.protocol.wire.error_body(error, exchange.request_id), error.kind.status, headers=headers, media_type="application/json")
 
     def _log(self, exchange: Exchange, status: int, outcome: str = "ok") -> None:
         served = exchange.served
         log.info(
             "%s %s status=%d outcome=%s team=%s requested=%s model=%s served=%s duration_ms=%.1f",
             exchange.request_id,
-            exchange.protocol.NAME,
+            exchange.protocol.name,
             status,
             outcome,
             exchange.principal.team if exchange.principal else "-",

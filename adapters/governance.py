@@ -23,7 +23,8 @@ from typing import Any
 
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.gateway import Exchange, Step
-from portcullis.adapters.protocols import OPENAI_CHAT, ParsedRequest
+from portcullis.adapters.protocols.registry import protocol
+from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.providers import Provider
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Ledger, Reservation
@@ -67,7 +68,7 @@ class Governance(Step):
     async def admit(self, exchange: Exchange) -> None:
         assert exchange.plan is not None and exchange.request is not None and exchange.bundle is not None
         # A hard limit needs a real bound: the output is then capped upstream, not just assumed.
-        exchange.request.cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
+        exchange.cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
         bound = await self.size(exchange.bundle, exchange.request, exchange.plan.targets, exchange.day)
         exchange.metering = await self._reserve(exchange, "main", exchange.plan.limits, bound)
         if exchange.metering.warnings:
@@ -119,7 +120,7 @@ class Governance(Step):
         counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
         sizes = []
         for target in targets:
-            exact = (self._providers[target.provider].protocol or request.protocol) == OPENAI_CHAT
+            exact = protocol(self._providers[target.provider].protocol or request.protocol).wire.TOKEN_COUNT_EXACT
             if exact not in counted:
                 counted[exact] = await self._count(request, exact)
             ceiling = min(request.max_tokens or target.max_output_tokens, target.max_output_tokens) * request.choices

@@ -93,7 +93,7 @@ def protocol_error(family: str, error: GatewayError, request_id: str, headers: d
     status = error.kind.status
     body: Any
     if family == "anthropic":
-        return Response(anthropic_messages.error_body(error, request_id), status, headers=headers, media_type="application/json")
+        return Response(anthropic_messages.PROTOCOL.wire.error_body(error, request_id), status, headers=headers, media_type="application/json")
     if family == "aws":
         # botocore reads the error type from this header and the message from the body.
         headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(status, "ValidationException")
@@ -103,7 +103,7 @@ def protocol_error(family: str, error: GatewayError, request_id: str, headers: d
         if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED):  # not a model: OpenAI's own code for these is none
             body = {"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}
         else:
-            return Response(openai_chat.error_body(error, request_id), status, headers=headers, media_type="application/json")
+            return Response(openai_chat.PROTOCOL.wire.error_body(error, request_id), status, headers=headers, media_type="application/json")
     else:  # readable by both SDK families: Anthropic's envelope around OpenAI's error object
         body = {"type": "error", "error": {"type": _generic_type(error.kind), "message": error.message, "code": error.error_code, "param": None}}
     return Response(json.dumps(body).encode(), status, headers=headers, media_type="application/json")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.pii.detectors import DetectorFailed
-from portcullis.adapters.protocols import OPENAI_CHAT
-from portcullis.adapters.protocols.routes import PROTOCOLS
+from portcullis.adapters.protocols import registry
+from portcullis.adapters.protocols.interfaces import Wire, WireProtocol
 from portcullis.adapters.providers import Provider, UpstreamUnreachable
 from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import StoreUnavailable
@@ -57,9 +57,9 @@ class ClassifierDetector:
         target = exchange.plan.pii.classifier
         if target is None:
             raise DetectorFailed("the policy names no internal target for the classifier")
-        protocol = PROTOCOLS[self._providers[target.provider].protocol or OPENAI_CHAT]
+        protocol = registry.protocol(self._providers[target.provider].protocol or registry.DEFAULT_UPSTREAM)
         max_output = exchange.plan.pii.classifier_max_output_tokens
-        body = _request(protocol.NAME, target.model, sorted(entities), list(texts), max_output)
+        body = _request(protocol.wire, target.model, sorted(entities), list(texts), max_output)
         price = exchange.bundle.price_for(target, exchange.day)
         bound = bound_for([(len(body) + 64, max_output, price)], "upper-bound:utf8-bytes")  # bytes bound tokens from above
         reservation = await self._governance.reserve_subcall(exchange, SUBCALL, bound)  # a refusal refuses the request
@@ -72,16 +72,16 @@ class ClassifierDetector:
                 cost = price.cost(call.usage) if call.usage is not None else 0
                 await self._governance.settle_subcall(reservation, call.usage, cost, target if call.served else None)
 
-    async def _call(self, call: _Call, protocol: Any, provider: str, body: bytes, tokens: int) -> str:
+    async def _call(self, call: _Call, protocol: WireProtocol, provider: str, body: bytes, tokens: int) -> str:
         try:
             key, _ = await self._pools[provider].take(tokens)
         except StoreUnavailable:
             raise DetectorFailed("the classifier's provider capacity cannot be checked") from None
         if key is None:
             raise DetectorFailed("the classifier's provider has no capacity")
-        headers = protocol.upstream_headers(key.secret, {})
+        headers = protocol.wire.upstream_headers(key.secret, {})
         try:
-            upstream = await self._providers[provider].send(protocol.UPSTREAM_PATH, "", headers, body)
+            upstream = await self._providers[provider].send(protocol.wire.UPSTREAM_PATH, "", headers, body)
             call.served = upstream.status < 300  # from here the provider may have done (and billed) the work
             try:
                 raw = await upstream.read(MAX_ANSWER_BYTES)
@@ -95,8 +95,8 @@ class ClassifierDetector:
             document = json.loads(raw)
         except ValueError:
             raise DetectorFailed("the classifier's answer is not JSON") from None
-        call.usage = protocol.usage_of(document) if isinstance(document, dict) else None
-        return _answer_text(protocol.NAME, document)
+        call.usage = protocol.wire.usage_of(document) if isinstance(document, dict) else None
+        return _answer_text(protocol.wire, document)
 
 
 @dataclass
@@ -105,27 +105,16 @@ class _Call:
     usage: Usage | None = None
 
 
-def _request(protocol: str, model: str, types: list[str], texts: list[str], max_output: int) -> bytes:
+def _request(wire: Wire, model: str, types: list[str], texts: list[str], max_output: int) -> bytes:
     instructions = INSTRUCTIONS.replace("{types}", ", ".join(types))
     content = json.dumps(texts, ensure_ascii=False)
-    if protocol == OPENAI_CHAT:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [{"role": "system", "content": instructions}, {"role": "user", "content": content}],
-            "max_tokens": max_output,
-            "temperature": 0,
-        }
-    else:
-        body = {"model": model, "system": instructions, "messages": [{"role": "user", "content": content}], "max_tokens": max_output, "temperature": 0}
-    return json.dumps(body, ensure_ascii=False).encode()
+    return json.dumps(wire.compose(model, instructions, content, max_output), ensure_ascii=False).encode()
 
 
-def _answer_text(protocol: str, document: Any) -> str:
+def _answer_text(wire: Wire, document: Any) -> str:
     try:
-        if protocol == OPENAI_CHAT:
-            return document["choices"][0]["message"]["content"] or ""
-        return "".join(block.get("text", "") for block in document["content"] if block.get("type") == "text")
-    except (KeyError, IndexError, TypeError, AttributeError):
+        return wire.answer_text(document)
+    except ValueError:
         raise DetectorFailed("the classifier's answer has an unexpected shape") from None
 
 

@@ -21,7 +21,6 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.gateway import ResponseGuard, Step
@@ -29,7 +28,8 @@ from portcullis.adapters.offload import serialised
 from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternDetector
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
-from portcullis.adapters.protocols.routes import PROTOCOLS
+from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.registry import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pii.context import names_a_type
 from portcullis.engine.pii.policy import OTHER, PiiPolicy, field_of, review
@@ -76,7 +76,7 @@ class PiiGuard(Step):
         if state is not None and state.restored:
             exchange.audit_outcome["pii"] = {"restored": state.restored}
 
-    def guards(self, exchange: Exchange, upstream: ModuleType) -> list[ResponseGuard]:
+    def guards(self, exchange: Exchange, upstream: WireProtocol) -> list[ResponseGuard]:
         state = exchange.pii
         if state is None or not state.policy.reversible:
             return []
@@ -95,7 +95,7 @@ class PiiGuard(Step):
         request = exchange.request
         protocol = PROTOCOLS[request.protocol]
         seen: list[tuple[str, str]] = []
-        opaque = protocol.visit_prompt(request.body, lambda surface, text: seen.append((surface, text)) or text)
+        opaque = protocol.surfaces.visit_prompt(request.body, lambda surface, text: seen.append((surface, text)) or text)
         # Each text once, in order; of equal texts, the one a JSON member's name labels is
         # read (the detectors then find what it names wherever the request repeats it).
         unique: dict[str, str] = {}
@@ -134,7 +134,7 @@ class PiiGuard(Step):
             changed = changed or result is not text
             return result
 
-        protocol.visit_prompt(request.body, transform)
+        protocol.surfaces.visit_prompt(request.body, transform)
         if changed:
             request.raw = await serialised(request.body, len(request.raw))  # off the event loop when large
         exchange.pii = state
