@@ -1,12 +1,14 @@
 """Every registered protocol satisfies the declared interfaces, member by member and
-parameter by parameter; every pair of protocols has a route; and outside the protocol
-and provider packages nothing names a protocol."""
+parameter by parameter; every pair of protocols has a route, which caps the output
+only when told to; and outside the protocol and provider packages nothing names a
+protocol."""
 
 from __future__ import annotations
 
 import ast
 import builtins
 import inspect
+import json
 import re
 import typing
 from collections.abc import Callable
@@ -17,6 +19,9 @@ import pytest
 
 from portcullis.adapters.protocols.interfaces import StreamConverter, StreamMeter, Surfaces, ToolCalls, ToolCallStream, Translator, Wire
 from portcullis.adapters.protocols.registry import PROTOCOLS, TRANSLATORS, interface_members, route
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS
+from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.engine.plan import Target
 
 ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
 
@@ -135,3 +140,41 @@ def test_nothing_outside_protocols_and_providers_names_a_protocol() -> None:
 def test_the_allowed_exceptions_still_need_to_be_allowed() -> None:
     for name in NAMING_ALLOWED:
         assert _names_a_protocol(ADAPTERS / name), f"{name} no longer names a protocol: drop it from NAMING_ALLOWED"
+
+
+# --- routes: the output cap and the passthrough bytes ---------------------------------
+
+CEILING_TARGET = Target("m", "p", "m", "us-east-1", 1, 200000, 1000, ("tools",))
+
+
+def _body(name: str, raw: bytes, cap_output: bool, upstream: str | None = None) -> tuple[bytes, dict[str, Any]]:
+    request = PROTOCOLS[name].wire.parse(raw, {}, "", DEFAULT_LIMITS)
+    sent = route(name, upstream or name).upstream_body(request, CEILING_TARGET, cap_output)
+    return sent, json.loads(sent)
+
+
+def test_passthrough_bytes_are_the_clients_unless_the_output_must_be_capped() -> None:
+    messages = b'{"model": "m",  "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]}'
+    assert _body("anthropic_messages", messages, cap_output=False)[0] == messages
+    assert _body("anthropic_messages", messages, cap_output=True)[1]["max_tokens"] == 1000
+    chat = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    assert _body("openai_chat", chat, cap_output=False)[0] == chat
+    assert _body("openai_chat", chat, cap_output=True)[1]["max_completion_tokens"] == 1000
+    legacy = b'{"model": "m", "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]}'
+    assert _body("openai_chat", legacy, cap_output=True)[1] == {"model": "m", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_a_translated_body_is_capped_in_the_providers_field() -> None:
+    chat = b'{"model": "m", "max_completion_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]}'
+    assert _body("openai_chat", chat, cap_output=False, upstream="anthropic_messages")[1]["max_tokens"] == 5000
+    assert _body("openai_chat", chat, cap_output=True, upstream="anthropic_messages")[1]["max_tokens"] == 1000
+    messages = b'{"model": "m", "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]}'
+    assert _body("anthropic_messages", messages, cap_output=True, upstream="openai_chat")[1]["max_completion_tokens"] == 1000
+
+
+def test_the_usage_chunk_asked_for_a_chat_client_is_withheld_only_if_it_did_not_ask() -> None:
+    usage = SSEEvent(None, '{"id": "c", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}', b"data: usage\n\n")
+    for options, forwarded in (({}, []), ({"stream_options": {"include_usage": True}}, [usage.raw])):
+        raw = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}], **options}).encode()
+        request = PROTOCOLS["openai_chat"].wire.parse(raw, {}, "", DEFAULT_LIMITS)
+        assert route("openai_chat", "openai_chat").stream_converter(request, 0).feed(usage) == forwarded
