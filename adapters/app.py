@@ -140,19 +140,19 @@ def create_app(runtime: Runtime) -> Starlette:
     gateway = runtime.gateway
 
     async def messages(request: Request) -> Any:
-        return await gateway.handle(request, anthropic_messages)
+        return await gateway.handle(request, anthropic_messages.PROTOCOL)
 
     async def chat_completions(request: Request) -> Any:
-        return await gateway.handle(request, openai_chat)
+        return await gateway.handle(request, openai_chat.PROTOCOL)
 
     async def models(request: Request) -> Response:
         # One document both SDKs accept: OpenAI's list shape plus Anthropic's fields.
-        protocol = anthropic_messages if "anthropic-version" in request.headers else openai_chat
+        protocol = anthropic_messages.PROTOCOL if "anthropic-version" in request.headers else openai_chat.PROTOCOL
         try:
             principal = await runtime.authenticator.authenticate(request.headers, client_address(request))
         except GatewayError as error:
             request_id = request_id_for(request.scope)
-            return error_response(protocol.error_body(error, request_id), error, request_id)
+            return error_response(protocol.wire.error_body(error, request_id), error, request_id)
         bundle = runtime.bundles.active
         ids = bundle.visible_models(principal.as_input())
         data = [

@@ -21,7 +21,7 @@ def error_of(error: GatewayError) -> dict[str, Any]:
 
 def refusal_record(exchange: Exchange, stage: str, error: GatewayError) -> dict[str, Any]:
     """``request_denied``: refused at ``stage``, before anything went upstream."""
-    record: dict[str, Any] = {"request_id": exchange.request_id, "stage": stage, "protocol": exchange.protocol.NAME, "error": error_of(error)}
+    record: dict[str, Any] = {"request_id": exchange.request_id, "stage": stage, "protocol": exchange.protocol.name, "error": error_of(error)}
     if exchange.principal is not None:
         record["principal"] = exchange.principal.as_input()
     if exchange.request is not None:
@@ -79,7 +79,7 @@ def log_request(exchange: Exchange, status: int, outcome: str = "ok") -> None:
     log.info(
         "%s %s status=%d outcome=%s team=%s requested=%s model=%s served=%s duration_ms=%.1f",
         exchange.request_id,
-        exchange.protocol.NAME,
+        exchange.protocol.name,
         status,
         outcome,
         exchange.principal.team if exchange.principal else "-",

@@ -17,8 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from portcullis.adapters.protocols import OPENAI_CHAT as _SUBCALL_PROTOCOL
-from portcullis.adapters.protocols.routes import Route, route
+from portcullis.adapters.protocols.registry import DEFAULT_UPSTREAM, Route, route
 from portcullis.adapters.providers import Provider, UpstreamResponse, UpstreamUnreachable
 from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import StoreUnavailable
@@ -79,7 +78,7 @@ class Dispatcher:
 
     def protocol_of(self, target: Target, default: str | None = None) -> str:
         """The protocol ``target``'s provider speaks (a provider that speaks any: ``default``)."""
-        return self._providers[target.provider].protocol or default or _SUBCALL_PROTOCOL
+        return self._providers[target.provider].protocol or default or DEFAULT_UPSTREAM
 
     async def dispatch(self, call: Call, answer: Callable[[Attempt], Awaitable[T]]) -> T:
         """``answer`` reads a 2xx response into the caller's result, records the attempt
@@ -107,10 +106,10 @@ class Dispatcher:
                     ErrorKind.RATE_LIMITED, "the model's providers are at capacity; try again later", code="no_capacity", retry_after=wait
                 )
                 continue
-            headers = pair.upstream.upstream_headers(key.secret, call.forward_headers)  # the credential joins only here
+            headers = pair.upstream.wire.upstream_headers(key.secret, call.forward_headers)  # the credential joins only here
             headers.update(call.extra_headers(target.provider))
             try:
-                upstream = await provider.send(pair.upstream.UPSTREAM_PATH, call.query, headers, body)
+                upstream = await provider.send(pair.upstream.wire.UPSTREAM_PATH, call.query, headers, body)
             except UpstreamUnreachable as failure:
                 call.record(target, failure.reason)
                 last_error = unreachable(failure)

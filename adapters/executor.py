@@ -23,15 +23,16 @@ from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
 from portcullis.adapters.audit_records import OUTCOME_EVENTS, log_request, outcome_record, refusal_record, started_record
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager
+from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
 from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
 from portcullis.adapters.ingress import client_address, parse_request, read_body, request_id_of, session_of
 from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.pipeline import Clock, Exchange, ResponseGuard, Step, utc_now
 from portcullis.adapters.policy_input import decide
-from portcullis.adapters.protocols import DEFAULT_LIMITS, RequestLimits
 from portcullis.adapters.protocols.interfaces import WireProtocol
-from portcullis.adapters.protocols.routes import Route
+from portcullis.adapters.protocols.registry import Route
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.providers import UpstreamUnreachable
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
@@ -176,7 +177,7 @@ class Executor:
             upstream.release()
         call.record(attempt.target, "ok", upstream.status)
         exchange.served = attempt.target
-        usage = pair.upstream.usage_of(document) if isinstance(document, dict) else None
+        usage = pair.upstream.wire.usage_of(document) if isinstance(document, dict) else None
         exchange.usage = usage or Usage()
         exchange.usage_complete = usage is not None
         try:
@@ -255,4 +256,4 @@ class Executor:
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:
         log_request(exchange, error.kind.status, error.code or error.kind.name.lower())
-        return error_response(exchange.protocol.error_body(error, exchange.request_id), error, exchange.request_id)
+        return error_response(exchange.protocol.wire.error_body(error, exchange.request_id), error, exchange.request_id)

@@ -22,7 +22,8 @@ from typing import Any
 
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.pipeline import Admission, Clock, Exchange, Step, utc_now
-from portcullis.adapters.protocols import OPENAI_CHAT, ParsedRequest
+from portcullis.adapters.protocols.registry import protocol
+from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.providers import Provider
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Ledger, Reservation
@@ -119,7 +120,7 @@ class Governance(Step[Metering]):
         counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
         sizes = []
         for target in targets:
-            exact = (self._providers[target.provider].protocol or request.protocol) == OPENAI_CHAT
+            exact = protocol(self._providers[target.provider].protocol or request.protocol).wire.TOKEN_COUNT_EXACT
             if exact not in counted:
                 counted[exact] = await self._count(request, exact)
             ceiling = min(request.max_tokens or target.max_output_tokens, target.max_output_tokens) * request.choices

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
+from portcullis.adapters.protocols.interfaces import WireProtocol
 from portcullis.adapters.protocols.sse import SSEEvent, event_of
 from portcullis.adapters.protocols.text import ALL_CHANNELS, StreamText
 
@@ -48,7 +48,7 @@ class HeldTextGuard:
 
     reads_signed = False
 
-    def __init__(self, upstream: ModuleType) -> None:
+    def __init__(self, upstream: WireProtocol) -> None:
         self.upstream = upstream  # the provider's protocol: guards see answers before conversion
         self._queue: list[_Waiting] = []
         self._tails: dict[Any, _Tail] = {}
@@ -96,10 +96,10 @@ class HeldTextGuard:
         if not isinstance(document, dict):
             return
         waiting.document = document
-        for piece in self.upstream.stream_texts(document):
+        for piece in self.upstream.surfaces.stream_texts(document):
             if self.reads_signed or not piece.signed:
                 await self._piece(waiting, piece)
-        for ended in self.upstream.stream_ends(document):
+        for ended in self.upstream.surfaces.stream_ends(document):
             await self._close(ended)
 
     async def _piece(self, waiting: _Waiting, piece: StreamText) -> None:

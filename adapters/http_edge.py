@@ -89,7 +89,7 @@ def protocol_error(family: str, error: GatewayError, request_id: str, headers: d
     """A refusal for a request no route of the gateway took, in its path's protocol."""
     headers = dict(headers or {})
     if family == "anthropic":
-        body = anthropic_messages.error_body(error, request_id)
+        body = anthropic_messages.PROTOCOL.wire.error_body(error, request_id)
     elif family == "aws":
         # botocore reads the error type from this header and the message from the body.
         headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(error.kind.status, "ValidationException")
@@ -99,7 +99,7 @@ def protocol_error(family: str, error: GatewayError, request_id: str, headers: d
         # Not a model: OpenAI's own code for these is none, so Portcullis's stands.
         body = json.dumps({"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}).encode()
     elif family == "openai":
-        body = openai_chat.error_body(error, request_id)
+        body = openai_chat.PROTOCOL.wire.error_body(error, request_id)
     else:
         body = generic_error_body(error, request_id)
     return error_response(body, error, request_id, headers)

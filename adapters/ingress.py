@@ -10,9 +10,10 @@ from collections.abc import Mapping
 
 from starlette.requests import ClientDisconnect, Request
 
+from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.offload import off_loop, parse_apart
-from portcullis.adapters.protocols import ParsedRequest, RequestLimits
 from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.engine.errors import ErrorKind, GatewayError
 
 
@@ -74,7 +75,7 @@ async def parse_request(protocol: WireProtocol, raw: bytes, http: Request, limit
     Python, and the event loop must keep serving every other client meanwhile."""
     query = http.scope["query_string"].decode("latin-1")
     if len(raw) <= limits.offload_bytes:
-        return protocol.parse(raw, http.headers, query, limits)
+        return protocol.wire.parse(raw, http.headers, query, limits)
     parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, limits)
     if refusal is not None:
         raise refusal

@@ -12,10 +12,11 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from types import ModuleType
 from typing import TypeVar
 
-from portcullis.adapters.protocols import ParsedRequest, RequestLimits
+from portcullis.adapters.config import RequestLimits
+from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.engine.errors import GatewayError
 
 T = TypeVar("T")
@@ -85,14 +86,14 @@ def collector_paused() -> Iterator[None]:
 
 
 def parse_apart(
-    protocol: ModuleType, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits
+    protocol: WireProtocol, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits
 ) -> tuple[ParsedRequest | None, GatewayError | None]:
-    """``protocol.parse`` for a worker thread. A refusal comes back without its traceback:
+    """``protocol.wire.parse`` for a worker thread. A refusal comes back without its traceback:
     the traceback's frames hold the parsed body, which must be freed here, not on the
     event loop."""
     with collector_paused():
         try:
-            return protocol.parse(raw, headers, query, limits), None
+            return protocol.wire.parse(raw, headers, query, limits), None
         except GatewayError as refusal:
             refusal.__traceback__ = refusal.__context__ = None
             return None, refusal

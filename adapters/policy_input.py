@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from portcullis.adapters.auth import Principal
-from portcullis.adapters.protocols import ParsedRequest
+from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.engine.activation import ActiveBundle
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.plan import DecisionPlan

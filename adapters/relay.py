@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
 
 from portcullis.adapters.pipeline import Exchange, ResponseGuard
-from portcullis.adapters.protocols import error_message
-from portcullis.adapters.protocols.routes import Route, StreamConverter
+from portcullis.adapters.protocols.interfaces import StreamConverter
+from portcullis.adapters.protocols.jsonbody import error_message
+from portcullis.adapters.protocols.registry import Route
 from portcullis.adapters.protocols.sse import SSEError, SSEEvent, SSEParser
 from portcullis.adapters.providers import UpstreamResponse, UpstreamUnreachable
 from portcullis.adapters.upstream_errors import TryNext, clip, unreachable
@@ -36,7 +36,7 @@ class StreamRelay:
         self._guards = guards
         self._finish = finish
         self._parser = SSEParser()
-        self._meter: Any = pair.upstream.StreamUsage()
+        self._meter = pair.upstream.wire.StreamUsage()
         self._chunks = upstream.chunks()
         self._pending: list[SSEEvent] = []
 
@@ -60,14 +60,14 @@ class StreamRelay:
         except TryNext:
             await self._abandon()
             raise
-        if self._pair.upstream.is_error_event(self._pending[0]):
+        if self._pair.upstream.wire.is_error_event(self._pending[0]):
             await self._abandon()
             raise TryNext("error_event", GatewayError(ErrorKind.UPSTREAM, "the provider failed before streaming any output"))
 
     async def body(self, converter: StreamConverter) -> AsyncGenerator[bytes, None]:
         """The client's bytes, from the first event on. Must be started (its first
         ``anext``) for its ``finally`` — settlement and audit — to run when closed."""
-        exchange, upstream_wire = self._exchange, self._pair.upstream
+        exchange, upstream_wire = self._exchange, self._pair.upstream.wire
         outcome, error = "cancelled", None
         pending = self._pending
         try:
@@ -101,15 +101,15 @@ class StreamRelay:
             outcome = "ok"
         except UpstreamUnreachable as failure:
             outcome, error = "failed", GatewayError(ErrorKind.UPSTREAM, f"the provider connection failed mid-stream ({failure.reason})")
-            yield exchange.protocol.stream_error(error)
+            yield exchange.protocol.wire.stream_error(error)
         except (GatewayError, SSEError, ValueError) as failure:
             error = failure if isinstance(failure, GatewayError) else GatewayError(ErrorKind.UPSTREAM, "the provider sent a malformed stream")
             outcome = "failed"
-            yield exchange.protocol.stream_error(error)
+            yield exchange.protocol.wire.stream_error(error)
         except Exception:  # a gateway bug mid-stream: end the stream cleanly, keep the record
             log.exception("request %s: unexpected error while relaying the stream", exchange.request_id)
             outcome, error = "failed", GatewayError(ErrorKind.INTERNAL, "internal gateway error", code="internal_error")
-            yield exchange.protocol.stream_error(error)
+            yield exchange.protocol.wire.stream_error(error)
         finally:
             await self._abandon()
             exchange.usage, exchange.usage_complete = self._meter.usage, self._meter.complete and self._meter.known

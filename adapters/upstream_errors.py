@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 
-from portcullis.adapters.protocols import error_message
+from portcullis.adapters.protocols.jsonbody import error_message
 from portcullis.adapters.providers import UpstreamResponse, UpstreamUnreachable
 from portcullis.engine.errors import ErrorKind, GatewayError
 

@@ -29,7 +29,7 @@ from portcullis.adapters.auth import Principal  # noqa: E402
 from portcullis.adapters.integrity.guard import PromptIntegrity  # noqa: E402
 from portcullis.adapters.offload import serialised  # noqa: E402
 from portcullis.adapters.pipeline import Exchange, utc_now  # noqa: E402
-from portcullis.adapters.protocols import openai_chat  # noqa: E402
+from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat  # noqa: E402
 from portcullis.engine.activation import activate  # noqa: E402
 from portcullis.engine.bundle import parse_bundle, read_bundle_files  # noqa: E402
 from portcullis.engine.integrity.scanner import Scanner  # noqa: E402
@@ -92,7 +92,7 @@ def stage_cost(samples: int, workdir: Path) -> dict[str, dict[str, float]]:
             async def timed(step: PromptIntegrity = step, raw: bytes = raw) -> list[float]:
                 timings = []
                 for n in range(samples + 1):
-                    request = openai_chat.parse(raw, {})
+                    request = openai_chat.wire.parse(raw, {})
                     plan = bundle.decide(
                         {
                             "principal": principal.as_input(),

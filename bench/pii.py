@@ -27,7 +27,7 @@ from portcullis.adapters.pii.detectors import Detector  # noqa: E402
 from portcullis.adapters.pii.guard import PiiGuard  # noqa: E402
 from portcullis.adapters.pii.vault import MemoryVault  # noqa: E402
 from portcullis.adapters.pipeline import Exchange, utc_now  # noqa: E402
-from portcullis.adapters.protocols import openai_chat  # noqa: E402
+from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat  # noqa: E402
 from portcullis.engine.governance import Limits  # noqa: E402
 from portcullis.engine.pii.policy import PiiPolicy  # noqa: E402
 from portcullis.engine.plan import DecisionPlan  # noqa: E402
@@ -77,7 +77,7 @@ def stage_cost(samples: int) -> dict[str, dict[str, float]]:
         async def timed(policy: PiiPolicy | None = policy, raw: bytes = raw, runs: int = runs) -> list[float]:
             timings = []
             for _ in range(runs):
-                request = openai_chat.parse(raw, {})
+                request = openai_chat.wire.parse(raw, {})
                 plan = DecisionPlan(True, ({"code": "allowed", "message": ""},), "gpt-m1", "gpt-m1", (), (), Limits(), policy)
                 principal = Principal("key_0000000000000001", "team1", None)
                 exchange = Exchange("req_bench", openai_chat, 0.0, utc_now(), principal=principal, request=request, plan=plan, targets=plan.targets)

@@ -23,7 +23,7 @@ from portcullis.adapters.dispatch import Dispatcher
 from portcullis.adapters.executor import Executor
 from portcullis.adapters.pipeline import Admission, Exchange, Step
 from portcullis.adapters.policy_input import decide
-from portcullis.adapters.protocols import anthropic_messages
+from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
 from portcullis.adapters.protocols.sse import SSEEvent, encode
 from portcullis.adapters.providers.keys import ProviderKey
 from portcullis.adapters.providers.mock import MockResponse
@@ -221,7 +221,7 @@ def test_a_body_two_steps_edit_is_serialised_once(tmp_path: Path, bundle: Any, m
 def test_dispatch_facts_come_from_admissions(tmp_path: Path, bundle: Any) -> None:
     """Targets narrowed by a step are the only ones tried; a step's output cap lowers
     max_tokens to the target's ceiling; the bound tokens are what key capacity takes."""
-    plan = decide(bundle, Principal("key_0000000000000001", "eng", None), anthropic_messages.parse(BODY, {}))
+    plan = decide(bundle, Principal("key_0000000000000001", "eng", None), anthropic_messages.wire.parse(BODY, {}))
     narrowed = plan.targets[1:]  # the second of sonnet's two regions, and its fallbacks
     assert narrowed and narrowed[0].provider == "anthropic-eu"
     steps = [RecordingStep("a", [], {"targets": narrowed}), RecordingStep("b", [], {"cap_output": True, "bound_tokens": 777})]

@@ -15,7 +15,8 @@ import pytest
 from bench.injection_accuracy import CORPUS, HELD_OUT, TUNING, load_bundle, measure
 from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, inspect_arguments
 from portcullis.adapters.integrity.scan_cache import ScanCache
-from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
+from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat
 from portcullis.adapters.protocols.sse import SSEEvent, SSEParser, encode
 from portcullis.adapters.protocols.text import ToolCall, tool_call
 from portcullis.engine.activation import activate
@@ -152,7 +153,7 @@ def test_anthropic_allowed_call_passes_byte_for_byte() -> None:
 
 
 def test_anthropic_call_too_large_to_hold_is_denied_and_its_rest_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(anthropic_messages, "MAX_HELD_TOOL_CALL_BYTES", 300)
+    monkeypatch.setattr(anthropic_messages.tools, "MAX_HELD_TOOL_CALL_BYTES", 300)
     out = run(ToolCallGuard(anthropic_messages, deny_bash), anthropic_tool_stream("read_file", json.dumps({"path": "x" * 2000}), pieces=20))
     documents = [e.json() for e in out]
     assert "too large for the gateway to inspect" in json.dumps(documents)
@@ -341,7 +342,7 @@ def test_openai_streamed_legacy_function_call_is_held_and_denied() -> None:
 
 
 def test_openai_call_too_large_to_hold_is_denied_without_a_malformed_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(openai_chat, "MAX_HELD_TOOL_CALL_BYTES", 600)
+    monkeypatch.setattr(openai_chat.tools, "MAX_HELD_TOOL_CALL_BYTES", 600)
     out = run(ToolCallGuard(openai_chat, deny_bash), chat_stream([("read_file", " " * 700 + '{"path": "/etc/hosts"}'), ("read_file", '{"path": "a"}')]))
     calls, content, finish = assembled(out)
     assert calls == {0: {"name": "read_file", "arguments": '{"path": "a"}'}}

@@ -179,7 +179,7 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
     from portcullis.adapters.governance import Governance
     from portcullis.adapters.pipeline import Exchange
     from portcullis.adapters.policy_input import decide
-    from portcullis.adapters.protocols import anthropic_messages
+    from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
     from portcullis.adapters.providers.mock import MockProvider
     from portcullis.engine.activation import activate
     from portcullis.engine.bundle import parse_bundle, read_bundle_files
@@ -197,7 +197,7 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
         governance = Governance(ledger, providers, AuditLog(tmp_path / "audit.jsonl"))
         principal = Principal("key_0000000000000001", "eng", None)
         raw = b'{"model": "claude-opus-4-1", "max_tokens": 8000, "messages": [{"role": "user", "content": "hi"}]}'
-        request = anthropic_messages.parse(raw, {})
+        request = anthropic_messages.wire.parse(raw, {})
         plan = decide(bundle, principal, request)
         exchange = Exchange("req_aux", anthropic_messages, 0.0, now(), principal=principal, request=request, bundle=bundle, plan=plan, targets=plan.targets)
         aux = await governance.reserve_subcall(exchange, "classifier", Bound(500, 300_000, "test"))

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from portcullis.adapters import offload
-from portcullis.adapters.protocols import anthropic_messages
+from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 
 
 def test_work_over_the_threshold_runs_on_a_worker_thread() -> None:
@@ -51,7 +52,7 @@ def test_the_collector_pause_nests_and_restores_the_state_it_found() -> None:
 
 def test_a_refusal_from_the_worker_comes_back_without_the_parsed_body() -> None:
     raw = b'{"model": "m", "max_tokens": 5, "messages": [{"role": ["user"], "content": "x"}]}'
-    parsed, refusal = offload.parse_apart(anthropic_messages, raw, {}, "", anthropic_messages.DEFAULT_LIMITS)
+    parsed, refusal = offload.parse_apart(anthropic_messages, raw, {}, "", DEFAULT_LIMITS)
     assert parsed is None and refusal is not None
     assert refusal.__traceback__ is None and refusal.__context__ is None  # the frames that held the body are gone
     assert refusal.message == "messages[0].role: expected a string, got an array"

@@ -13,7 +13,8 @@ from redis.asyncio import Redis
 from portcullis.adapters.pii.guard import PiiState
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, RedisVault, scope_id, vault_key
-from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
+from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat
 from portcullis.adapters.protocols.sse import SSEEvent, SSEParser, encode
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.pii.policy import PiiPolicy
@@ -61,7 +62,7 @@ def run(restorer: Restorer, batches: list[list[SSEEvent]]) -> list[list[SSEEvent
 
 
 def texts(outputs: list[list[SSEEvent]], protocol: Any) -> str:
-    return "".join(piece.holder[piece.key] for batch in outputs for event in batch for piece in protocol.stream_texts(event.json()))
+    return "".join(piece.holder[piece.key] for batch in outputs for event in batch for piece in protocol.surfaces.stream_texts(event.json()))
 
 
 def restorer(protocol: Any, known: dict[str, str] | None = None, **state: Any) -> Restorer:
@@ -91,7 +92,7 @@ def test_values_restored_inside_streamed_tool_input_are_escaped_for_json() -> No
 def test_openai_content_and_tool_arguments_are_separate_channels() -> None:
     batches = [[chat_chunk(content="to <EMA")], [chat_chunk(arguments='{"to": "<EMAIL_1')], [chat_chunk(content="IL_1>")], [chat_chunk(arguments='>"}')]]
     outputs = run(restorer(openai_chat), [*batches, [chat_chunk(finish="tool_calls")]])
-    pieces = [(p.key, p.holder[p.key]) for batch in outputs for e in batch for p in openai_chat.stream_texts(e.json())]
+    pieces = [(p.key, p.holder[p.key]) for batch in outputs for e in batch for p in openai_chat.surfaces.stream_texts(e.json())]
     assert "".join(v for k, v in pieces if k == "content") == "to ann@example.com"
     assert json.loads("".join(v for k, v in pieces if k == "arguments")) == {"to": "ann@example.com"}
 

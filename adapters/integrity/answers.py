@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from portcullis.adapters.held_text import HeldTextGuard
-from portcullis.adapters.protocols.anthropic_messages import PROVIDER_TOOL_ARGUMENTS
+from portcullis.adapters.protocols.interfaces import WireProtocol
 from portcullis.adapters.protocols.sse import SSEEvent
-from portcullis.adapters.protocols.text import StreamText, ToolCall, denial_text, read_strings
+from portcullis.adapters.protocols.text import PROVIDER_RUN, StreamText, ToolCall, denial_text, read_strings
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity import output
 from portcullis.engine.integrity.policy import IntegrityPolicy
@@ -27,7 +26,7 @@ class ToolCallGuard:
     """Each tool call is judged once complete; a denied one never reaches the client:
     a text saying the gateway's policy denied it takes its place."""
 
-    def __init__(self, upstream: ModuleType, judge: Judge) -> None:
+    def __init__(self, upstream: WireProtocol, judge: Judge) -> None:
         self._upstream = upstream
         self._judge = judge
         self._stream: Any = None
@@ -37,17 +36,17 @@ class ToolCallGuard:
 
     async def document(self, document: dict[str, Any]) -> bool:
         denials = {}
-        for position, call in self._upstream.answer_tool_calls(document):
+        for position, call in self._upstream.tools.answer_tool_calls(document):
             reason = self._judge(call)
             if reason is not None:
                 denials[position] = denial_text(call, reason)
         if denials:
-            self._upstream.deny_tool_calls(document, denials)
+            self._upstream.tools.deny_tool_calls(document, denials)
         return bool(denials)
 
     async def events(self, events: Iterable[SSEEvent]) -> list[SSEEvent]:
         if self._stream is None:
-            self._stream = self._upstream.ToolCallStream(self._judge)
+            self._stream = self._upstream.tools.ToolCallStream(self._judge)
         return [out for event in events for out in self._stream.feed(event)]
 
     async def finish(self) -> list[SSEEvent]:
@@ -80,7 +79,7 @@ class OutputGuard(HeldTextGuard):
 
     reads_signed = True
 
-    def __init__(self, upstream: ModuleType, policy: IntegrityPolicy, audit_outcome: dict[str, Any]) -> None:
+    def __init__(self, upstream: WireProtocol, policy: IntegrityPolicy, audit_outcome: dict[str, Any]) -> None:
         super().__init__(upstream)
         self._actions = dict(policy.output_actions)
         self._canaries = policy.prompt.canaries if policy.prompt is not None else ()
@@ -99,16 +98,16 @@ class OutputGuard(HeldTextGuard):
             nonlocal changed
             if surface == "tool_arguments":  # the tool-call guard's
                 return text
-            result = self._judge(text, _Written(), changeable=surface not in (SIGNED, PROVIDER_TOOL_ARGUMENTS))
+            result = self._judge(text, _Written(), changeable=surface not in (SIGNED, PROVIDER_RUN))
             changed = changed or result != text
             return result
 
-        self.upstream.visit_answer(document, guard)
+        self.upstream.surfaces.visit_answer(document, guard)
         return changed
 
     async def _look_into(self, waiting: Any) -> None:
         if waiting.event.event == "content_block_start":
-            opened = self.upstream.provider_run_block(waiting.event.json())
+            opened = self.upstream.surfaces.provider_run_block(waiting.event.json())
             if opened is not None:
                 self._provider_run.add(opened)
         await super()._look_into(waiting)

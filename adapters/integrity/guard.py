@@ -21,7 +21,6 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, count_findings, inspect_arguments, withheld
@@ -29,7 +28,8 @@ from portcullis.adapters.integrity.scan_cache import ScanCache
 from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.offload import off_loop
 from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
-from portcullis.adapters.protocols.routes import PROTOCOLS
+from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.registry import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.integrity import hop
 from portcullis.engine.integrity.injection import HEADER, ScanResult, review
@@ -82,20 +82,20 @@ class PromptIntegrity(Step[IntegrityState]):
         changed = False
         if policy.spotlight and state.boundary is None:  # an authentic previous hop has wrapped them already
             boundary = boundary_for(self._spotlight_key, _scope(exchange))
-            record["spotlighted"] = protocol.spotlight(request.body, boundary, policy.spotlight)
+            record["spotlighted"] = protocol.surfaces.spotlight(request.body, boundary, policy.spotlight)
             state.boundary = boundary.suffix if record["spotlighted"] else None
             changed = record["spotlighted"] > 0
         if policy.prompt is not None:
             prompt = policy.prompt
             record["policy_prompt"] = {"version": prompt.version, "sha256": prompt.sha256, "tokens": prompt.tokens}
-            if claim is not None and claim.prompt_sha256 == prompt.sha256 and protocol.leading_instructions(request.body) == prompt.text:
+            if claim is not None and claim.prompt_sha256 == prompt.sha256 and protocol.surfaces.leading_instructions(request.body) == prompt.text:
                 record["policy_prompt"]["inserted_by"] = "gateway_hop"
             else:
-                protocol.insert_system_prompt(request.body, prompt.text)
+                protocol.surfaces.insert_system_prompt(request.body, prompt.text)
                 changed = True
         return Admission(state, body_changed=changed)
 
-    def guards(self, exchange: Exchange, state: IntegrityState, upstream: ModuleType) -> list[ResponseGuard]:
+    def guards(self, exchange: Exchange, state: IntegrityState, upstream: WireProtocol) -> list[ResponseGuard]:
         assert exchange.plan is not None and exchange.plan.integrity is not None  # admitted: the plan names a policy
         policy = exchange.plan.integrity
         guards: list[ResponseGuard] = []
@@ -118,10 +118,10 @@ class PromptIntegrity(Step[IntegrityState]):
 
     # --- layer C ---------------------------------------------------------------------------
 
-    async def _scan(self, exchange: Exchange, protocol: ModuleType, policy: IntegrityPolicy, record: dict[str, Any], hop_boundary: str | None) -> None:
+    async def _scan(self, exchange: Exchange, protocol: WireProtocol, policy: IntegrityPolicy, record: dict[str, Any], hop_boundary: str | None) -> None:
         assert exchange.request is not None and exchange.bundle is not None
         seen: list[tuple[str, str]] = []
-        protocol.visit_prompt(exchange.request.body, lambda surface, text: seen.append((surface, text)) or text)
+        protocol.surfaces.visit_prompt(exchange.request.body, lambda surface, text: seen.append((surface, text)) or text)
         scoped = [(surface, text) for surface, text in seen if surface in policy.scan_surfaces and text.strip()]
         if hop_boundary is not None:  # the previous gateway's own tags are not the content's
             tags = re.compile(rf"</?untrusted-{hop_boundary}[^>\n]*>")

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
 from portcullis.adapters.pii.detectors import DetectorFailed
-from portcullis.adapters.protocols import OPENAI_CHAT
-from portcullis.adapters.protocols.routes import Route
+from portcullis.adapters.protocols import registry
+from portcullis.adapters.protocols.interfaces import Wire
+from portcullis.adapters.protocols.registry import Route
 from portcullis.adapters.providers import UpstreamUnreachable
 from portcullis.adapters.upstream_errors import TryNext, unreachable
 from portcullis.engine.governance import bound_for
@@ -60,7 +61,7 @@ class ClassifierDetector:
             raise DetectorFailed("the policy names no internal target for the classifier")
         protocol_name = self._dispatcher.protocol_of(target)
         max_output = exchange.plan.pii.classifier_max_output_tokens
-        body = _request(protocol_name, target.model, sorted(entities), list(texts), max_output)
+        body = _request(registry.protocol(protocol_name).wire, target.model, sorted(entities), list(texts), max_output)
         price = exchange.bundle.price_for(target, exchange.day)
         bound = bound_for([(len(body) + 64, max_output, price)], "upper-bound:utf8-bytes")  # bytes bound tokens from above
         reservation = await self._governance.reserve_subcall(exchange, SUBCALL, bound)  # a refusal refuses the request
@@ -100,31 +101,20 @@ async def _read(attempt: Attempt, call: Call, outcome: _Outcome) -> str:
         document = json.loads(raw)
     except ValueError:
         raise DetectorFailed("the classifier's answer is not JSON") from None
-    outcome.usage = attempt.route.upstream.usage_of(document) if isinstance(document, dict) else None
-    return _answer_text(attempt.route.upstream.NAME, document)
+    outcome.usage = attempt.route.upstream.wire.usage_of(document) if isinstance(document, dict) else None
+    return _answer_text(attempt.route.upstream.wire, document)
 
 
-def _request(protocol: str, model: str, types: list[str], texts: list[str], max_output: int) -> bytes:
+def _request(wire: Wire, model: str, types: list[str], texts: list[str], max_output: int) -> bytes:
     instructions = INSTRUCTIONS.replace("{types}", ", ".join(types))
     content = json.dumps(texts, ensure_ascii=False)
-    if protocol == OPENAI_CHAT:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [{"role": "system", "content": instructions}, {"role": "user", "content": content}],
-            "max_tokens": max_output,
-            "temperature": 0,
-        }
-    else:
-        body = {"model": model, "system": instructions, "messages": [{"role": "user", "content": content}], "max_tokens": max_output, "temperature": 0}
-    return json.dumps(body, ensure_ascii=False).encode()
+    return json.dumps(wire.compose(model, instructions, content, max_output), ensure_ascii=False).encode()
 
 
-def _answer_text(protocol: str, document: Any) -> str:
+def _answer_text(wire: Wire, document: Any) -> str:
     try:
-        if protocol == OPENAI_CHAT:
-            return document["choices"][0]["message"]["content"] or ""
-        return "".join(block.get("text", "") for block in document["content"] if block.get("type") == "text")
-    except (KeyError, IndexError, TypeError, AttributeError):
+        return wire.answer_text(document)
+    except ValueError:
         raise DetectorFailed("the classifier's answer has an unexpected shape") from None
 
 

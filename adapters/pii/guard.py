@@ -20,14 +20,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternDetector
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
 from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
-from portcullis.adapters.protocols.routes import PROTOCOLS
+from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.registry import PROTOCOLS
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pii.context import names_a_type
 from portcullis.engine.pii.policy import OTHER, PiiPolicy, field_of, review
@@ -71,7 +71,7 @@ class PiiGuard(Step[PiiState]):
         if state.restored:
             exchange.audit_outcome["pii"] = {"restored": state.restored}
 
-    def guards(self, exchange: Exchange, state: PiiState, upstream: ModuleType) -> list[ResponseGuard]:
+    def guards(self, exchange: Exchange, state: PiiState, upstream: WireProtocol) -> list[ResponseGuard]:
         if not state.policy.reversible:
             return []
         return [Restorer(state, self._vault, upstream)]
@@ -89,7 +89,7 @@ class PiiGuard(Step[PiiState]):
         request = exchange.request
         protocol = PROTOCOLS[request.protocol]
         seen: list[tuple[str, str]] = []
-        opaque = protocol.visit_prompt(request.body, lambda surface, text: seen.append((surface, text)) or text)
+        opaque = protocol.surfaces.visit_prompt(request.body, lambda surface, text: seen.append((surface, text)) or text)
         # Each text once, in order; of equal texts, the one a JSON member's name labels is
         # read (the detectors then find what it names wherever the request repeats it).
         unique: dict[str, str] = {}
@@ -128,7 +128,7 @@ class PiiGuard(Step[PiiState]):
             changed = changed or result is not text
             return result
 
-        protocol.visit_prompt(request.body, transform)
+        protocol.surfaces.visit_prompt(request.body, transform)
         record["actions"] = judged.actions
         record["session"] = state.session_scope is not None
         return Admission(state, targets=internal, body_changed=changed)

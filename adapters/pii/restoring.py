@@ -14,11 +14,11 @@ Only that event is delayed, and only when its text ends in ``<`` and capitals.
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.held_text import HeldTextGuard
 from portcullis.adapters.pii.vault import Vault, VaultUnavailable
+from portcullis.adapters.protocols.interfaces import WireProtocol
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import StreamText
 from portcullis.engine.errors import ErrorKind, GatewayError
@@ -34,7 +34,7 @@ def withheld() -> GatewayError:
 
 
 class Restorer(HeldTextGuard):
-    def __init__(self, state: PiiState, vault: Vault, upstream: ModuleType) -> None:
+    def __init__(self, state: PiiState, vault: Vault, upstream: WireProtocol) -> None:
         super().__init__(upstream)
         self.state = state
         self.vault = vault
@@ -57,7 +57,7 @@ class Restorer(HeldTextGuard):
                 seen.update(placeholders_in(text, self._entities))
             return text
 
-        self.upstream.visit_answer(document, gather)
+        self.upstream.surfaces.visit_answer(document, gather)
         if not seen:
             return False
         resolved, keep = await self._resolve(seen)
@@ -72,7 +72,7 @@ class Restorer(HeldTextGuard):
             missing = missing or bool(result.missing)
             return result.text if result.restored else text
 
-        self.upstream.visit_answer(document, put_back)
+        self.upstream.surfaces.visit_answer(document, put_back)
         if missing:
             raise withheld()
         self.state.restored += restored

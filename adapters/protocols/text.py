@@ -17,13 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from portcullis.adapters.protocols import _decoder, _DuplicateMember, invalid
+from portcullis.adapters.protocols.jsonbody import STRICT_DECODER, DuplicateMember, invalid
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.context import MemberValue
 from portcullis.engine.pii.policy import OTHER
 
 TextVisitor = Callable[[str, str], str]  # (surface, text) -> text
 Handler = Callable[[Any], Any]  # a field's value -> the value to put back
+# The surface of an answer's tool calls the provider ran itself (server tools, MCP).
+PROVIDER_RUN = "provider_tool_arguments"
 
 
 def visit_leaves(value: Any, surface: str, visit: TextVisitor, member: str | None = None) -> Any:
@@ -142,7 +144,7 @@ def visit_json_text(text: str, surface: str, visit: TextVisitor) -> str:
     filter did not. Text that is not JSON is visited whole."""
     try:
         document = _strict(text)
-    except _DuplicateMember:
+    except DuplicateMember:
         raise invalid("tool-call arguments have a duplicated member") from None
     except (ValueError, RecursionError):
         return visit(surface, text)
@@ -164,7 +166,7 @@ def visit_json_text(text: str, surface: str, visit: TextVisitor) -> str:
 
 
 def _strict(text: str) -> Any:
-    return json.JSONDecoder(object_pairs_hook=_decoder.object_pairs_hook, parse_float=_Number, parse_int=_Number, parse_constant=_Number).decode(text)
+    return json.JSONDecoder(object_pairs_hook=STRICT_DECODER.object_pairs_hook, parse_float=_Number, parse_int=_Number, parse_constant=_Number).decode(text)
 
 
 def _write(value: Any) -> str:

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
 from portcullis.adapters.config import ProviderConfig
-from portcullis.adapters.protocols import ANTHROPIC_MESSAGES, OPENAI_CHAT
+from portcullis.adapters.protocols.anthropic_messages import wire as messages_wire
+from portcullis.adapters.protocols.openai_chat import wire as chat_wire
 
 
 class UpstreamUnreachable(Exception):
@@ -37,7 +38,7 @@ class Provider(Protocol):
     async def close(self) -> None: ...
 
 
-PROTOCOL_OF_TYPE = {"anthropic": ANTHROPIC_MESSAGES, "openai": OPENAI_CHAT, "mock": None}
+PROTOCOL_OF_TYPE = {"anthropic": messages_wire.NAME, "openai": chat_wire.NAME, "mock": None}
 
 
 def build_provider(config: ProviderConfig) -> Provider:

@@ -10,7 +10,8 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols.anthropic_messages import wire as messages_wire
+from portcullis.adapters.protocols.openai_chat import wire as chat_wire
 from portcullis.adapters.protocols.sse import encode
 
 
@@ -42,9 +43,9 @@ class MockProvider:
         words = _reply(request).split(" ")
         words = [w + " " for w in words[:-1]] + words[-1:]
         input_tokens = max(1, len(body) // 4)
-        if path == anthropic_messages.UPSTREAM_PATH:
+        if path == messages_wire.UPSTREAM_PATH:
             return _anthropic(request, words, input_tokens)
-        if path == openai_chat.UPSTREAM_PATH:
+        if path == chat_wire.UPSTREAM_PATH:
             return _openai(request, words, input_tokens)
         return MockResponse(404, "application/json", [b'{"error": {"message": "unknown path"}}'])
 
@@ -88,5 +89,5 @@ def _openai(request: Mapping[str, Any], words: list[str], input_tokens: int) -> 
     events.append(encode({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
     if (request.get("stream_options") or {}).get("include_usage"):
         events.append(encode({**chunk, "choices": [], "usage": usage}))
-    events.append(openai_chat.DONE)
+    events.append(chat_wire.DONE)
     return MockResponse(200, "text/event-stream", events)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from portcullis.adapters.protocols import openai_chat_anthropic_messages as translator
 from portcullis.adapters.protocols.sse import SSEParser, encode
+from portcullis.adapters.protocols.translators import openai_chat_to_anthropic_messages as translator
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.plan import Target
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from portcullis.adapters.protocols import client_index, invalid
+from portcullis.adapters.protocols.jsonbody import client_index, invalid
 from portcullis.adapters.protocols.sse import SSEEvent, encode
 from portcullis.engine.errors import excerpt
 from portcullis.engine.plan import Target
@@ -214,23 +214,23 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
 # --- responses ---------------------------------------------------------------------
 
 
-def convert_response(message: Mapping[str, Any], created: int) -> dict[str, Any]:
-    text = "".join(block.get("text", "") for block in message.get("content", []) if block.get("type") == "text")
+def convert_response(document: Mapping[str, Any], created: int) -> dict[str, Any]:
+    text = "".join(block.get("text", "") for block in document.get("content", []) if block.get("type") == "text")
     calls = [
         {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": json.dumps(block.get("input", {}))}}
-        for block in message.get("content", [])
+        for block in document.get("content", [])
         if block.get("type") == "tool_use"
     ]
     reply: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
     if calls:
         reply["tool_calls"] = calls
     return {
-        "id": message.get("id"),
+        "id": document.get("id"),
         "object": "chat.completion",
         "created": created,
-        "model": message.get("model"),
-        "choices": [{"index": 0, "message": reply, "finish_reason": _FINISH_REASONS.get(message.get("stop_reason"), "stop"), "logprobs": None}],
-        "usage": _chat_usage(message.get("usage") or {}),
+        "model": document.get("model"),
+        "choices": [{"index": 0, "message": reply, "finish_reason": _FINISH_REASONS.get(document.get("stop_reason"), "stop"), "logprobs": None}],
+        "usage": _chat_usage(document.get("usage") or {}),
     }
 
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from portcullis.adapters.protocols import client_index, invalid
+from portcullis.adapters.protocols.jsonbody import client_index, invalid
 from portcullis.adapters.protocols.sse import SSEEvent, encode
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 from portcullis.engine.plan import Target
@@ -190,8 +190,8 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 # --- responses ---------------------------------------------------------------------
 
 
-def convert_response(completion: Mapping[str, Any], created: int) -> dict[str, Any]:
-    choices = completion.get("choices") or [{}]
+def convert_response(document: Mapping[str, Any], created: int) -> dict[str, Any]:
+    choices = document.get("choices") or [{}]
     reply = choices[0].get("message") or {}
     content: list[dict[str, Any]] = []
     if reply.get("content"):
@@ -200,14 +200,14 @@ def convert_response(completion: Mapping[str, Any], created: int) -> dict[str, A
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": _arguments(function.get("arguments"))})
     return {
-        "id": _message_id(completion.get("id")),
+        "id": _message_id(document.get("id")),
         "type": "message",
         "role": "assistant",
-        "model": completion.get("model"),
+        "model": document.get("model"),
         "content": content,
         "stop_reason": _STOP_REASONS.get(choices[0].get("finish_reason"), "end_turn"),
         "stop_sequence": None,
-        "usage": _messages_usage(completion.get("usage") or {}),
+        "usage": _messages_usage(document.get("usage") or {}),
     }
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from portcullis.adapters.protocols import anthropic_messages_openai_chat as translator
 from portcullis.adapters.protocols.sse import SSEParser, encode
+from portcullis.adapters.protocols.translators import anthropic_messages_to_openai_chat as translator
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.plan import Target
 

@@ -1,0 +1,129 @@
+"""The protocols this gateway speaks, the translators between them, and which code
+path serves a (client protocol, provider protocol) pair.
+
+Same protocol: the client's bytes go upstream (only the model name swapped, and the
+output limit when it must be capped) and the provider's bytes come back. Different
+protocols: the pair's translator converts the request, the response and the stream."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, ToolCalls, Translator, Wire, WireProtocol
+from portcullis.adapters.protocols.jsonbody import invalid
+from portcullis.adapters.protocols.request import ParsedRequest
+from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.protocols.translators import anthropic_messages_to_openai_chat, openai_chat_to_anthropic_messages
+from portcullis.engine.plan import Target
+
+log = logging.getLogger("portcullis.protocols")
+
+PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL)}
+TRANSLATORS: dict[tuple[str, str], Translator] = {
+    (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
+    (anthropic_messages.PROTOCOL.name, openai_chat.PROTOCOL.name): anthropic_messages_to_openai_chat,
+}
+# The protocol of the gateway's own calls (a classifier's) to a provider that speaks
+# every protocol (the mock).
+DEFAULT_UPSTREAM = openai_chat.PROTOCOL.name
+
+
+def interface_members(interface: type) -> list[str]:
+    """The names a module must define to satisfy ``interface`` (a typing.Protocol)."""
+    names = set(getattr(interface, "__annotations__", {}))
+    names |= {name for name, value in vars(interface).items() if not name.startswith("_") and callable(value)}
+    return sorted(names)
+
+
+def _check(module: Any, interface: type, where: str) -> None:
+    # isinstance with a runtime_checkable Protocol says only that something is missing;
+    # a protocol package missing a member should fail at import, naming it.
+    if isinstance(module, interface):
+        return
+    missing = [name for name in interface_members(interface) if not hasattr(module, name)]
+    raise ImportError(f"{where} does not satisfy {interface.__name__}: missing {', '.join(missing) or '(unknown)'}")
+
+
+def _check_all() -> None:
+    for name, entry in PROTOCOLS.items():
+        if name != entry.wire.NAME:
+            raise ImportError(f"protocol {name} is registered under another name than its wire's ({entry.wire.NAME})")
+        _check(entry.wire, Wire, f"{name}.wire")
+        _check(entry.surfaces, Surfaces, f"{name}.surfaces")
+        _check(entry.tools, ToolCalls, f"{name}.tools")
+    for pair, translator in TRANSLATORS.items():
+        _check(translator, Translator, "translator " + "_to_".join(pair))
+
+
+_check_all()
+
+
+def protocol(name: str) -> WireProtocol:
+    return PROTOCOLS[name]
+
+
+class Passthrough:
+    """Forwards each upstream event's exact bytes; drops the usage-only event the gateway
+    asked the provider for on behalf of a client that did not."""
+
+    def __init__(self, upstream: Wire, drop_usage_only: bool) -> None:
+        self._upstream = upstream
+        self._drop_usage_only = drop_usage_only
+
+    def feed(self, event: SSEEvent) -> list[bytes]:
+        if self._drop_usage_only and '"usage"' in event.data and event.data != "[DONE]":
+            try:
+                if self._upstream.is_usage_only(event.json()):
+                    return []
+            except ValueError:
+                pass
+        return [event.raw]
+
+    def finish(self) -> list[bytes]:
+        return []
+
+
+@dataclass(frozen=True)
+class Route:
+    client: WireProtocol
+    upstream: WireProtocol
+    translator: Translator | None
+
+    def upstream_body(self, request: ParsedRequest, target: Target, cap_output: bool) -> bytes:
+        """The body the provider gets; ``cap_output``: its output limit must not exceed the
+        target's ceiling (a hard limit governs the request, so the reserved bound must hold)."""
+        ceiling = target.max_output_tokens if cap_output else None
+        if self.translator is None:
+            return self.upstream.wire.passthrough_body(request, target.model, ceiling)
+        try:
+            converted = self.translator.convert_request(request.body, target)
+        except (TypeError, AttributeError, KeyError, ValueError) as error:
+            # The translators check the fields they convert; a shape they did not foresee
+            # is still the client's input, so it is a 400, not a gateway failure.
+            log.warning("request conversion to %s failed on an unexpected shape (%s)", self.upstream.name, type(error).__name__)
+            raise invalid(f"the request cannot be converted for this model's provider ({self.upstream.name})") from None
+        if ceiling is not None:
+            self.upstream.wire.cap_output(converted, ceiling)
+        return json.dumps(converted, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def client_body(self, raw: bytes, document: dict[str, Any], created: int) -> bytes:
+        if self.translator is None:
+            return raw
+        return json.dumps(self.translator.convert_response(document, created), ensure_ascii=False).encode()
+
+    def stream_converter(self, request: ParsedRequest, created: int) -> StreamConverter:
+        wants_usage = self.client.wire.client_wants_usage(request)
+        if self.translator is None:
+            return Passthrough(self.upstream.wire, drop_usage_only=not wants_usage)
+        return self.translator.StreamConverter(wants_usage, created)
+
+
+def route(client_protocol: str, upstream_protocol: str) -> Route:
+    client = PROTOCOLS[client_protocol]
+    if client_protocol == upstream_protocol:
+        return Route(client, client, None)
+    return Route(client, PROTOCOLS[upstream_protocol], TRANSLATORS[(client_protocol, upstream_protocol)])

@@ -1,0 +1,30 @@
+"""A client request as every protocol's parser hands it on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from portcullis.adapters.config import RequestLimits
+
+DEFAULT_LIMITS = RequestLimits()
+
+
+@dataclass
+class ParsedRequest:
+    """A client request after ingress validation: the body as sent (``raw``, the
+    fast-path candidate) and as parsed, plus what the policy needs to know."""
+
+    protocol: str
+    raw: bytes
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    max_tokens: int | None
+    requires: list[str]
+    forward_headers: dict[str, str] = field(default_factory=dict)
+    query: str = ""
+    choices: int = 1  # completions the request asks for (OpenAI `n`): each can use max_tokens
+    session: str | None = None  # the client's conversation id, when it sends one
+    tools: list[str] = field(default_factory=list)  # names of the tools the request offers the model
+    hop: str | None = None  # a previous gateway's signed policy-prompt header, unverified
