@@ -74,7 +74,7 @@ def test_scripts_that_are_not_disguise_keep_their_letters() -> None:
     "plain",
     [
         "How do I make git ignore all .log files?",
-        (ROOT / "adapters" / "gateway.py").read_text()[:4000],  # source code: identifiers, versions, paths
+        (ROOT / "adapters" / "executor.py").read_text()[:4000],  # source code: identifiers, versions, paths
         "SHA-256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855, build v2.3.1, x86_64, utf8",
         "这个函数会忽略大小写吗？",
         "Family photo: \U0001f468\u200d\U0001f469\u200d\U0001f467 at the lake",
