@@ -212,6 +212,17 @@ def create_app(runtime: Runtime) -> Starlette:
     return app
 
 
+async def _when_listening(server: SignalFreeServer, serving: asyncio.Future[None]) -> bool:
+    """Until the server accepts connections (True), or it stopped first (False; a start-up
+    failure is raised)."""
+    listening = asyncio.ensure_future(server.listening.wait())
+    await asyncio.wait({listening, serving}, return_when=asyncio.FIRST_COMPLETED)
+    listening.cancel()
+    if serving.done():
+        serving.result()  # a start-up failure is raised here, before anything is printed
+    return server.listening.is_set()
+
+
 async def serve(config: Config, on_ready: Any = None) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly: stop accepting connections,
     let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
@@ -261,9 +272,15 @@ async def serve(config: Config, on_ready: Any = None) -> None:
         config.store.kind,
     )
     try:
-        if on_ready is not None:
-            await on_ready(runtime)
-        await server.serve()
+        serving = asyncio.ensure_future(server.serve())
+        if on_ready is not None and await _when_listening(server, serving):
+            try:
+                await on_ready(runtime)  # listening now: what it prints can be pasted at once
+            except BaseException:
+                server.should_exit = True
+                await serving
+                raise
+        await serving
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)

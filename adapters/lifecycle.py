@@ -23,11 +23,21 @@ AUDIT_RETRY_SECONDS = 1.0  # while the audit disk refuses writes: how often held
 class SignalFreeServer(uvicorn.Server):
     """uvicorn's server without its own signal capture: after serving it re-raises a
     captured SIGTERM with the default handler, which kills the process before the
-    runtime is closed (exit 143). ``serve`` installs handlers that only ask it to stop."""
+    runtime is closed (exit 143). ``serve`` installs handlers that only ask it to stop.
+    ``listening`` is set once its sockets accept connections."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.listening.set()
 
 
 class CancelledByShutdown:

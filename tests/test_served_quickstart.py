@@ -61,12 +61,8 @@ def serving(path: Path) -> Iterator[tuple[str, str, str, Path]]:
         while "export PORTCULLIS_KEY=" not in output.read_text():
             assert process.poll() is None and time.monotonic() < deadline, output.read_text()
             time.sleep(0.05)
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz")
-                break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        # Printed only once the gateway listens: the printed commands work at once, no polling.
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         text = output.read_text()
         yield f"http://127.0.0.1:{port}", re.search(r"export PORTCULLIS_KEY=(\S+)", text).group(1), text, output
     finally:
