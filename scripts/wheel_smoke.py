@@ -176,7 +176,7 @@ def check_installed(python: Path, work: Path) -> None:
     site = python.parent.parent.resolve()
     if not Path(found["cli"]).resolve().is_relative_to(site) or any(not Path(p).resolve().is_relative_to(site) for p in found["namespace"]):
         raise Failure(f"the venv imports portcullis from outside itself: {found['cli']} (namespace {found['namespace']})")
-    on_path = [entry for entry in found["sys_path"] if entry and Path(entry).resolve().is_relative_to(ROOT)]
+    on_path = [entry for entry in found["sys_path"] if entry and Path(entry).resolve().is_relative_to(ROOT) and not Path(entry).resolve().is_relative_to(site)]
     if on_path or found["top_level_engine"]:
         raise Failure(f"the checkout is on the venv's sys.path: {on_path or found['sys_path']}")
     if found["editable"]:
