@@ -71,9 +71,18 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
     return tenants, catalog, {"rules": rules}
 
 
-def write(directory: Path, revision: str = "bench-1", rules: bool = True, pii: dict[str, Any] | None = None, integrity: dict[str, Any] | None = None) -> Path:
+def write(
+    directory: Path,
+    revision: str = "bench-1",
+    rules: bool = True,
+    pii: dict[str, Any] | None = None,
+    integrity: dict[str, Any] | None = None,
+    modules: Path = ROOT / "policies" / "portcullis",
+) -> Path:
     """``pii``, ``integrity``: PII and prompt-integrity policies to include (none by
-    default); integrity policies come with the product's scanner and tool rules."""
+    default); integrity policies come with the product's scanner and tool rules.
+    ``modules``: the directory whose Rego the bundle carries (another version of the
+    default bundle's, to compare two in one run)."""
     tenants, catalog, governance = generate()
     if not rules:
         governance = {"rules": {}}
@@ -88,7 +97,7 @@ def write(directory: Path, revision: str = "bench-1", rules: bool = True, pii: d
     for section, document in sections:
         (directory / "portcullis" / section).mkdir(parents=True)
         (directory / "portcullis" / section / "data.yaml").write_text(yaml.safe_dump(document))
-    for module in (ROOT / "policies" / "portcullis").glob("*.rego"):
+    for module in modules.glob("*.rego"):
         shutil.copy(module, directory / "portcullis" / module.name)
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     return directory

@@ -27,7 +27,7 @@ from portcullis.engine.integrity.policy import integrity_problems
 from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise, rules_read
 from portcullis.engine.pii.policy import detector_problems
 from portcullis.engine.plan import DecisionPlan, Target
-from portcullis.engine.portable import portability_problems
+from portcullis.engine.portable import portability_problems, rule_path_problems
 from portcullis.engine.pricing import Price, PriceTable
 from portcullis.engine.rego import Policy, PolicyError
 from portcullis.engine.suggestions import closest_names
@@ -157,6 +157,10 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         scanner = Scanner((data.get("integrity") or {}).get("injection_rules") or [])
         _run_own_tests(bundle)
         policy = Policy(bundle.modules, bundle.data)
+        # the index's place counts as data: the gateway puts it there
+        clashes = rule_path_problems(policy.rule_paths(), merge_data(bundle.data, {"portcullis": {"compiled": {}}}))
+        if clashes:
+            raise BundleError("; ".join(clashes))
         index = _as_data(policy.evaluate(INDEX_RULE, {}))
         if index is not None:
             policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))

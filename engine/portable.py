@@ -17,7 +17,10 @@ review and another in production:
 - keys: YAML reads ``1:`` or ``yes:`` as a number or a boolean, which the gateway would
   hand regorus as such while OPA reads every key as a string; keys must be strings;
 - budget limits (decimal strings the policy compares with ``to_number``) stay within
-  15 significant digits, which a double orders exactly.
+  15 significant digits, which a double orders exactly;
+- paths: a package may share its path with data (``portcullis.pii`` beside
+  ``data.portcullis.pii.policies``: both engines merge the two), but a rule at a path
+  that also holds data is refused by OPA and silently loses to the data in regorus.
 
 The bundle-data schema declares the same limits; these checks run first so the error
 says why.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from portcullis.engine.schemas import field_path
@@ -41,6 +44,21 @@ _USD_LIMIT = re.compile(r"[0-9]{1,9}(\.[0-9]{1,6})?")
 def portability_problems(data: Any, where: str = "data.portcullis") -> list[str]:
     """Every construct of ``data`` that OPA and regorus would read differently."""
     return [*_number_problems(data, [where]), *_glob_problems(data, where), *_pattern_problems(data, where), *_usd_limit_problems(data, where)]
+
+
+def rule_path_problems(rule_paths: Iterable[tuple[str, ...]], data: Mapping[str, Any]) -> list[str]:
+    """Every rule whose path also holds data (at it or below it)."""
+    problems = []
+    for path in sorted(rule_paths):
+        node: Any = data
+        for part in path:
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node = node[part]
+        else:
+            name = ".".join(["data", *path])
+            problems.append(f"rule {name} shares its path with bundle data: OPA refuses such a bundle and regorus reads the data, not the rule")
+    return problems
 
 
 def glob_problem(pattern: Any) -> str | None:

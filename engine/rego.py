@@ -101,6 +101,19 @@ class Policy:
                     found.setdefault(path, TestRule(path, file, spec["span"]["line"], package, imports, bodies))
         return list(found.values())
 
+    def rule_paths(self) -> set[tuple[str, ...]]:
+        """The data path every rule of the modules defines (its package, then the
+        static part of its head), to tell rules from data documents."""
+        paths = set()
+        for module in json.loads(self._engine().get_ast_as_json()):
+            package = tuple(_ref_parts(module["ast"]["package"]["refr"]))
+            for rule in module["ast"].get("rules", []):
+                kind, node = next(iter(rule.items()))
+                ref = node.get("refr") if kind == "Default" else next(iter(node.get("head", {}).values()), {}).get("refr")
+                if ref:
+                    paths.add(package + tuple(_static_parts(ref)))
+        return paths
+
     def run_test(self, rule: TestRule) -> tuple[bool, list[str], bool]:
         """Evaluate one test rule: it passes only when it is defined and true. Returns
         (passed, its prints followed by any error, whether evaluation raised an error)."""
@@ -147,6 +160,14 @@ def _ref_parts(ref: Mapping[str, Any]) -> Iterator[str]:
     elif "RefDot" in ref:
         yield from _ref_parts(ref["RefDot"]["refr"])
         yield ref["RefDot"]["field"][1]
+
+
+def _static_parts(ref: Mapping[str, Any]) -> Iterator[str]:
+    """A rule head's path up to its first bracket (`a.b[x]` defines data.….a.b)."""
+    if "RefBrack" in ref:
+        yield from _static_parts(ref["RefBrack"]["refr"])
+    else:
+        yield from _ref_parts(ref)
 
 
 def _rule_name(rule: Mapping[str, Any]) -> str | None:

@@ -1,6 +1,6 @@
 # Unit tests of the default bundle's decision rules: `portcullis policy test policies policy-tests`.
 # They mock tenants and catalog with `with`, so they hold whatever data a deployment ships.
-package tests.decision
+package portcullis_test
 
 
 target(provider, model, region, priority, capabilities) := {

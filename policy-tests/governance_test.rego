@@ -1,5 +1,5 @@
 # Governance rules merge most-restrictively: `portcullis policy test policies policy-tests`.
-package tests.governance
+package portcullis.governance_test
 
 
 tenants := {"teams": {"payments": {"models": ["*"], "users": {"alice": {}}}, "research": {"models": ["*"]}}}

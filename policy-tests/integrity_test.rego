@@ -1,6 +1,6 @@
 # Prompt integrity: how policies merge, what the shipped scanner rules catch and
 # let pass, and which tool calls are denied. `portcullis policy test policies policy-tests`.
-package tests.integrity
+package portcullis.integrity_test
 
 tenants := {"teams": {"payments": {"models": ["*"]}, "research": {"models": ["*"]}, "ops": {"models": ["*"]}}}
 

@@ -1,5 +1,5 @@
 # PII policies merge most-restrictively: `portcullis policy test policies policy-tests`.
-package tests.pii
+package portcullis.pii_test
 
 tenants := {"teams": {"payments": {"models": ["*"]}, "hr": {"models": ["*"]}, "research": {"models": ["*"]}}}
 
@@ -102,10 +102,8 @@ classifier_plan(team) := plan.pii.classifier if {
 	plan := data.portcullis.decision with input as request
 		with data.portcullis.tenants as {"teams": {"payments": {"models": ["*"]}, "eu-bank": {"models": ["*"], "regions": ["eu"]}}}
 		with data.portcullis.catalog as classifier_catalog
-		with data.portcullis.pii as {
-			"classifier": {"model": "classifier"},
-			"policies": {"ctx": {"teams": ["payments", "eu-bank"], "actions": {"PERSON": "pseudonymize"}, "detectors": ["classifier"]}},
-		}
+		with data.portcullis.pii.classifier as {"model": "classifier"}
+		with data.portcullis.pii.policies as {"ctx": {"teams": ["payments", "eu-bank"], "actions": {"PERSON": "pseudonymize"}, "detectors": ["classifier"]}}
 }
 
 test_the_classifier_runs_on_an_internal_target_within_the_principals_regions if {

@@ -1,6 +1,6 @@
 # The quickstart bundle's own data (no mocks): the names coding agents send by default
 # resolve to a served model the demo team may use. `portcullis policy test`.
-package tests.quickstart_catalog
+package portcullis.catalog_test
 
 agent_defaults := [
 	"claude-opus-5-5", "claude-sonnet-5-5", "claude-haiku-5-5", # Claude Code 2.1.332: default, sonnet, haiku

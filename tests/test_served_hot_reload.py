@@ -77,9 +77,8 @@ def test_bundle_whose_own_tests_fail_is_refused(tmp_path: Path, fresh_gateway) -
     gateway.signal(signal.SIGHUP)
     assert wait_for(lambda: "own policy tests fail: data.portcullis.test_always_fails" in gateway.logs())
     assert revision(gateway) == "r1"
-    write_bundle(
-        bundle, revision="r3", extra={"portcullis/own_test.rego": 'package portcullis\n\ntest_sonnet_resolves if resolve("sonnet") == "claude-sonnet-4-5"\n'}
-    )
+    own_test = 'package portcullis\n\ntest_sonnet_resolves if data.portcullis.access.resolve("sonnet") == "claude-sonnet-4-5"\n'
+    write_bundle(bundle, revision="r3", extra={"portcullis/own_test.rego": own_test})
     gateway.signal(signal.SIGHUP)
     assert wait_for(lambda: revision(gateway) == "r3")
 

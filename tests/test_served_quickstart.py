@@ -268,13 +268,13 @@ def test_policy_test_without_paths_uses_the_configured_bundle_and_policy_tests()
     assert "testing policies, policy-tests (bundle of examples/quickstart/config.yaml)" in result.stderr
     assert re.search(r"PASS: (\d+)/\1", result.stdout)
     verbose = cli("policy", "test", "-v", "--config", "examples/quickstart/config.yaml")
-    assert "data.tests.quickstart_catalog.test_agent_defaults_are_served_to_the_demo_team: PASS" in verbose.stdout
+    assert "data.portcullis.catalog_test.test_agent_defaults_are_served_to_the_demo_team: PASS" in verbose.stdout
 
 
 def test_policy_test_from_elsewhere_finds_the_tests_beside_the_bundle(tmp_path: Path) -> None:
     result = cli("policy", "test", "-v", "--config", str(ROOT / "examples" / "quickstart" / "config.yaml"), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "data.tests.quickstart_catalog.test_context_variant_is_its_model: PASS" in result.stdout
+    assert "data.portcullis.catalog_test.test_context_variant_is_its_model: PASS" in result.stdout
     nothing = cli("policy", "test", cwd=tmp_path)  # no paths and no configuration to take them from
     assert nothing.returncode == 1 and "no configuration found" in nothing.stderr
 

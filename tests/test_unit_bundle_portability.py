@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -142,3 +143,20 @@ def test_the_demo_key_takes_only_names_keys_create_accepts(demo_key: str, tmp_pa
     assert done.returncode != 0
     assert "--demo-key" in done.stderr and "must be 1-128 letters" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "change", "rule"),
+    [
+        ("package portcullis.pii\n\npolicies := {}\n", lambda data: None, "data.portcullis.pii.policies"),  # beside a section's data
+        ("package portcullis.notes\n\nteam := 1\n", lambda data: data.update({"notes": {"team": {"x": 1}}}), "data.portcullis.notes.team"),  # data below
+        ("package portcullis\n\ncompiled := {}\n", lambda data: None, "data.portcullis.compiled"),  # where the gateway puts the index
+    ],
+)
+def test_a_rule_that_shares_its_path_with_data_is_refused(module: str, change: Callable[[dict[str, Any]], None], rule: str) -> None:
+    """OPA refuses such a bundle; regorus would read the data and drop the rule."""
+    data = copy.deepcopy(SHIPPED)
+    change(data["portcullis"])
+    bundle = Bundle(revision="t", roots=("",), digest="-", modules={**MODULES, "clash.rego": module}, tests={}, data=data, signed_by=None)
+    with pytest.raises(BundleError, match=f"rule {re.escape(rule)} shares its path with bundle data"):
+        activate(bundle, providers={"mock"}, today=dt.date(2026, 12, 1))

@@ -19,7 +19,7 @@ def test_the_repository_policy_tests_pass() -> None:
     result = policy_test(ROOT / "policies", ROOT / "policy-tests", verbose=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout and "PASS: " in result.stdout
-    assert "data.tests.decision.test_fallback_model_outside_the_grants_is_never_a_target: PASS" in result.stdout
+    assert "data.portcullis_test.test_fallback_model_outside_the_grants_is_never_a_target: PASS" in result.stdout
 
 
 def test_a_failing_test_fails_the_run_and_is_named(tmp_path: Path) -> None:

@@ -3,12 +3,12 @@
 # rules that land on the same counter merge most-restrictively: the lowest Block limit
 # and the lowest Warn limit below it (Block wins a tie). `unlimited: true` adds no
 # limit and removes none; it is listed so the audit log shows the exemption.
-package portcullis
+package portcullis.governance
 
-budget_periods := {"CalendarMonth": "month", "CalendarDay": "day"}
+_budget_periods := {"CalendarMonth": "month", "CalendarDay": "day"}
 
 # What a principal may use at most, whichever counter imposes it: the merged view.
-effective_dimensions := [
+_effective_dimensions := [
 	["requests", "minute", "requests_per_minute"],
 	["tokens", "minute", "tokens_per_minute"],
 	["tokens", "day", "tokens_per_day"],
@@ -16,65 +16,88 @@ effective_dimensions := [
 	["cost", "month", "usd_per_month"],
 ]
 
-default governance_rules := {}
+default _rules := {}
 
-governance_rules := data.portcullis.governance.rules
+_rules := data.portcullis.governance.rules
 
-# The per-bundle index holds every team's merged limits, computed once with `{user}`
-# and `{key}` standing for the request's ids in per-user and per-key scopes (the gateway
-# fills them in); only keys that rules name one by one are merged per request.
-limits_for(principal) := found if {
+# The plan's `limits`. The per-bundle index holds every team's merged limits, computed
+# once with `{user}` and `{key}` standing for the request's ids in per-user and per-key
+# scopes (the gateway fills them in); only keys that rules name one by one are merged
+# per request.
+limits(principal) := found if {
 	not data.portcullis.compiled.named_keys[principal.key_id]
-	index := data.portcullis.compiled.limits[principal.team]
-	found := indexed_limits(index, principal.user)
-} else := merged_limits(principal)
+	team_limits := data.portcullis.compiled.limits[principal.team]
+	found := _indexed_limits(team_limits, principal.user)
+} else := _merged_limits(principal)
 
-indexed_limits(index, null) := index.keyless
+# This package's part of the per-bundle index: the rules that can apply to each team,
+# each team's merged limits and the keys rules name one by one.
+index := {
+	"rules_by_team": {team_id: _team_rules(team_id) | some team_id, _ in data.portcullis.tenants.teams},
+	"limits": {team_id: _team_limits(team_id) | some team_id, _ in data.portcullis.tenants.teams},
+	"named_keys": {rule.subject.key: true | some rule in _rules; rule.subject.key},
+}
 
-indexed_limits(index, user) := object.get(index.users, user, index.team) if user != null
+# A team's merged limits: `team` serves a user no rule names, `keyless` a key with no
+# user, `users` the users rules name. Names live in a map of their own, so no user
+# name (not even "-" or "*") can stand for a placeholder; the `{user}` and `{key}`
+# in scopes become the request's own ids (limits).
+_team_limits(team) := {
+	"team": _merged_limits({"team": team, "user": "{user}", "key_id": "{key}"}),
+	"keyless": _merged_limits({"team": team, "user": null, "key_id": "{key}"}),
+	"users": {user: _merged_limits({"team": team, "user": user, "key_id": "{key}"}) |
+		some rule in _rules
+		rule.subject.team == team
+		user := rule.subject.user
+	},
+}
 
-merged_limits(principal) := {
+_indexed_limits(team_limits, null) := team_limits.keyless
+
+_indexed_limits(team_limits, user) := object.get(team_limits.users, user, team_limits.team) if user != null
+
+_merged_limits(principal) := {
 	"counters": counters,
-	"unlimited": sort([name | some name in names; governance_rules[name].unlimited == true]),
+	"unlimited": sort([name | some name in names; _rules[name].unlimited == true]),
 	"effective": {label: limit |
-		some [metric, period, label] in effective_dimensions
-		limit := strictest([{"limit": c.block} | some c in counters; c.metric == metric; c.period == period; c.block != null])
+		some [metric, period, label] in _effective_dimensions
+		limit := _strictest([{"limit": c.block} | some c in counters; c.metric == metric; c.period == period; c.block != null])
 		limit != null
 	},
 } if {
-	names := [name | some name in rules_of_team(principal.team); applies(governance_rules[name].subject, principal)]
-	entries := [entry | some name in names; some entry in rule_entries(name, governance_rules[name], principal)]
-	counters := [merge([e | some e in entries; e.id == id]) | some id in {e.id | some e in entries}]
+	names := [name | some name in _rules_of_team(principal.team); _applies(_rules[name].subject, principal)]
+	entries := [entry | some name in names; some entry in _rule_entries(name, _rules[name], principal)]
+	counters := [_merge([e | some e in entries; e.id == id]) | some id in {e.id | some e in entries}]
 }
 
 # Rules that can apply to a team's principals; the per-bundle index holds the answer.
-rules_of_team(team) := found if {
+_rules_of_team(team) := found if {
 	found := data.portcullis.compiled.rules_by_team[team]
-} else := team_rules(team)
+} else := _team_rules(team)
 
-team_rules(team) := [name |
-	some name, rule in governance_rules
+_team_rules(team) := [name |
+	some name, rule in _rules
 	object.get(rule.subject, "team", team) == team
 ]
 
 # A subject's missing fields match anything.
-applies(subject, principal) if {
+_applies(subject, principal) if {
 	object.get(subject, "team", principal.team) == principal.team
 	object.get(subject, "user", principal.user) == principal.user
 	object.get(subject, "key", principal.key_id) == principal.key_id
 }
 
-rule_entries(name, rule, principal) := [object.union(limit, {
+_rule_entries(name, rule, principal) := [object.union(limit, {
 	"id": concat("|", [scope, limit.metric, limit.period]),
 	"scope": scope,
 	"rule": name,
 	"policy": object.get(rule, "failure_policy", "Block"),
 }) |
-	scope := scope_of(rule.subject, principal)
-	some limit in rule_limits(rule)
+	scope := _scope_of(rule.subject, principal)
+	some limit in _rule_limits(rule)
 ]
 
-rule_limits(rule) := array.concat(
+_rule_limits(rule) := array.concat(
 	array.concat(
 		[{"metric": "requests", "period": "minute", "limit": rule.rate.rpm, "hard": true} | rule.rate.rpm],
 		[{"metric": "tokens", "period": "minute", "limit": rule.rate.tpm, "hard": true} | rule.rate.tpm],
@@ -83,7 +106,7 @@ rule_limits(rule) := array.concat(
 		[{"metric": "tokens", "period": "day", "limit": rule.quota.tokens_per_day, "hard": true} | rule.quota.tokens_per_day],
 		[{
 			"metric": "cost",
-			"period": budget_periods[rule.budget.period],
+			"period": _budget_periods[rule.budget.period],
 			"limit": rule.budget.limit_usd,
 			"hard": object.get(rule.budget, "hard_cap", true),
 			"thresholds": object.get(rule.budget, "thresholds", [80, 95]),
@@ -95,7 +118,7 @@ rule_limits(rule) := array.concat(
 
 # Whose counter a rule charges. `per: user` (or `per: key`) gives every user (or key)
 # the subject covers a counter of its own; a key with no user counts on its own.
-scope_of(subject, principal) := concat("", ["key:", principal.key_id]) if {
+_scope_of(subject, principal) := concat("", ["key:", principal.key_id]) if {
 	subject.per == "key"
 } else := concat("", ["user:", principal.team, "/", principal.user]) if {
 	subject.per == "user"
@@ -110,7 +133,7 @@ scope_of(subject, principal) := concat("", ["key:", principal.key_id]) if {
 	subject.team
 } else := "org"
 
-merge(group) := {
+_merge(group) := {
 	"scope": group[0].scope,
 	"metric": group[0].metric,
 	"period": group[0].period,
@@ -121,27 +144,27 @@ merge(group) := {
 	"thresholds": sort({t | some e in governing; some t in object.get(e, "thresholds", [])}),
 } if {
 	blocking := [e | some e in group; e.policy == "Block"]
-	block := strictest(blocking)
-	warn := below(strictest([e | some e in group; e.policy == "Warn"]), block)
+	block := _strictest(blocking)
+	warn := _below(_strictest([e | some e in group; e.policy == "Warn"]), block)
 
 	# A counter's nature and alerts come from the rules whose limit governs it, so a
 	# stricter soft cap does not harden a looser hard one, and each rule's percentages
 	# stay percentages of its own limit.
-	ceiling := first_non_null([block, warn])
+	ceiling := _first_non_null([block, warn])
 	governing := [e | some e in group; e.limit == ceiling]
 }
 
-first_non_null(values) := [v | some v in values; v != null][0]
+_first_non_null(values) := [v | some v in values; v != null][0]
 
 # The lowest limit among entries, as written (budgets are decimal strings), or null.
-strictest(entries) := null if {
+_strictest(entries) := null if {
 	count(entries) == 0
 } else := ranked[0][1] if {
 	ranked := sort([[to_number(e.limit), e.limit] | some e in entries])
 }
 
 # A warning level only matters below the blocking level: Block wins a tie.
-below(warn, block) := null if {
+_below(warn, block) := null if {
 	warn == null
 } else := warn if {
 	block == null

@@ -5,41 +5,46 @@
 # order; every spotlight source; per surface the strictest action and the lowest
 # score threshold; each policy's tool allow-list must admit a call and every deny
 # rule applies; per output finding the strictest action and every host allow-list.
-package portcullis
+package portcullis.integrity
 
-default integrity_policies := {}
+default _policies := {}
 
-integrity_policies := data.portcullis.integrity.policies
+_policies := data.portcullis.integrity.policies
 
-default injection_rules := []
+default _injection_rules := []
 
-injection_rules := data.portcullis.integrity.injection_rules
+_injection_rules := data.portcullis.integrity.injection_rules
 
-default tool_rules := {}
+default _tool_rules := {}
 
-tool_rules := {rule.id: rule | some rule in data.portcullis.integrity.tool_rules}
+_tool_rules := {rule.id: rule | some rule in data.portcullis.integrity.tool_rules}
 
-injection_actions_by_strictness := ["block", "warn"]
+_injection_actions_by_strictness := ["block", "warn"]
 
-output_actions_by_strictness := ["withhold", "redact", "flag"]
+_output_actions_by_strictness := ["withhold", "redact", "flag"]
 
-integrity_for(principal) := team_integrity(principal.team)
+# The plan's `integrity`: the team's merged policies (from the per-bundle index when
+# there is one); null when none applies.
+for_principal(principal) := _team_integrity(principal.team)
 
-team_integrity(team) := found if {
+# This package's part of the per-bundle index: every team's merged policies.
+index := {team_id: _merged_integrity(team_id) | some team_id, _ in data.portcullis.tenants.teams}
+
+_team_integrity(team) := found if {
 	found := data.portcullis.compiled.integrity[team]
-} else := merged_integrity(team)
+} else := _merged_integrity(team)
 
-merged_integrity(team) := merge_integrity([integrity_policies[name] | some name in names], names) if {
-	names := sort([name | some name, policy in integrity_policies; covers(policy.teams, team)])
+_merged_integrity(team) := _merge_integrity([_policies[name] | some name in names], names) if {
+	names := sort([name | some name, policy in _policies; data.portcullis.lib.covers(policy.teams, team)])
 	count(names) > 0
 } else := null
 
-merge_integrity(policies, names) := {
+_merge_integrity(policies, names) := {
 	"policies": names,
-	"prompt": merged_prompt(policies, names),
+	"prompt": _merged_prompt(policies, names),
 	"spotlight": sort({source | some policy in policies; some source in object.get(policy, "spotlight", [])}),
 	"injection": {
-		"surfaces": {surface: surface_action(policies, surface) |
+		"surfaces": {surface: _surface_action(policies, surface) |
 			some policy in policies
 			some surface, _ in policy.injection.surfaces
 		},
@@ -52,10 +57,10 @@ merge_integrity(policies, names) := {
 	"tools": {
 		"allow": [p.tools.allow | some p in policies; p.tools.allow],
 		"deny": sort({rule | some p in policies; some rule in object.get(object.get(p, "tools", {}), "deny", [])}),
-		"declared_only": declared_only(policies),
+		"declared_only": _declared_only(policies),
 	},
 	"output": {
-		"actions": {finding: output_action(policies, finding) |
+		"actions": {finding: _output_action(policies, finding) |
 			some policy in policies
 			some finding, _ in policy.output.actions
 		},
@@ -64,24 +69,24 @@ merge_integrity(policies, names) := {
 	},
 }
 
-surface_action(policies, surface) := [action |
-	some action in injection_actions_by_strictness
+_surface_action(policies, surface) := [action |
+	some action in _injection_actions_by_strictness
 	some policy in policies
 	policy.injection.surfaces[surface] == action
 ][0]
 
-output_action(policies, finding) := [action |
-	some action in output_actions_by_strictness
+_output_action(policies, finding) := [action |
+	some action in _output_actions_by_strictness
 	some policy in policies
 	policy.output.actions[finding] == action
 ][0]
 
-declared_only(policies) if {
+_declared_only(policies) if {
 	some policy in policies
 	policy.tools.declared_only == true
 } else := false
 
-merged_prompt(policies, names) := {
+_merged_prompt(policies, names) := {
 	"version": concat(",", [sprintf("%s@%v", [names[i], p.prompt.version]) | some i, p in policies; p.prompt]),
 	"text": concat("\n\n", [trim_space(p.prompt.text) | some p in policies; p.prompt]),
 	"canaries": [p.prompt.canary | some p in policies; p.prompt.canary],
@@ -96,67 +101,65 @@ tools_refused(null, _) := []
 
 tools_refused(integrity, tools) := sort({name |
 	some name in tools
-	refuses_tool(integrity.tools, name)
+	_refuses_tool(integrity.tools, name)
 }) if integrity != null
 
-refuses_tool(tools, name) if {
+_refuses_tool(tools, name) if {
 	some patterns in tools.allow
-	not name_matches(patterns, name)
+	not _name_matches(patterns, name)
 }
 
 # A tool the provider runs ("server:<name>") or an MCP server it connects to
 # ("mcp:<name>") acts before the gateway sees a call, so a policy that judges calls
 # cannot allow it.
-refuses_tool(tools, name) if {
-	provider_run(name)
-	judges_calls(tools)
+_refuses_tool(tools, name) if {
+	_provider_run(name)
+	_judges_calls(tools)
 }
 
-provider_run(name) if startswith(name, "mcp:")
+_provider_run(name) if startswith(name, "mcp:")
 
-provider_run(name) if startswith(name, "server:")
+_provider_run(name) if startswith(name, "server:")
 
-judges_calls(tools) if count(tools.deny) > 0
+_judges_calls(tools) if count(tools.deny) > 0
 
-judges_calls(tools) if tools.declared_only
+_judges_calls(tools) if tools.declared_only
 
 # --- layer C: the injection scanner ---------------------------------------------------
 # Each text's matched rules and their summed weight; the gateway evaluates this for
 # the texts it has not scanned before and judges the score against the plan.
-injection_scan := [scan_text(text) | some text in input.texts]
-
-scan_text(text) := {"rules": [rule.id | some rule in hits], "score": sum([rule.weight | some rule in hits])} if {
-	hits := [rule | some rule in injection_rules; regex.match(rule.pattern, text)]
+scan(text) := {"rules": [rule.id | some rule in hits], "score": sum([rule.weight | some rule in hits])} if {
+	hits := [rule | some rule in _injection_rules; regex.match(rule.pattern, text)]
 }
 
 # --- layer D: tool calls the model makes ---------------------------------------------
 # input: {principal, calls: [{name, arguments}], declared: [names the request offered]}.
-tool_call_verdicts := [verdict(team_integrity(input.principal.team).tools, call, input.declared) | some call in input.calls]
+verdict(principal, call) := _verdict(_team_integrity(principal.team).tools, call)
 
-verdict(tools, call, _) := {"allow": false, "rule": "tool_not_allowed", "message": "the tool is not on this team's allow-list"} if {
+_verdict(tools, call) := {"allow": false, "rule": "tool_not_allowed", "message": "the tool is not on this team's allow-list"} if {
 	some patterns in tools.allow
-	not name_matches(patterns, call.name)
+	not _name_matches(patterns, call.name)
 } else := {"allow": false, "rule": "tool_not_declared", "message": "the request did not offer this tool"} if {
 	tools.declared_only
 	not call.name in input.declared
 } else := {"allow": false, "rule": hits[0].id, "message": hits[0].message} if {
-	hits := [rule | some id in tools.deny; rule := tool_rules[id]; denies(rule, call)]
+	hits := [rule | some id in tools.deny; rule := _tool_rules[id]; _denies(rule, call)]
 	count(hits) > 0
 } else := {"allow": true, "rule": null, "message": null}
 
-name_matches(patterns, name) if {
+_name_matches(patterns, name) if {
 	some pattern in patterns
 	glob.match(pattern, null, name) # null: no separators, so * matches dots too
 }
 
-denies(rule, call) if {
-	name_matches(rule.tools, call.name)
-	some value in argument_values(rule.argument, call.arguments)
+_denies(rule, call) if {
+	_name_matches(rule.tools, call.name)
+	some value in _argument_values(rule.argument, call.arguments)
 	regex.match(rule.pattern, value)
 }
 
 # "*": every string anywhere in the arguments; otherwise the named top-level argument.
-argument_values(name, arguments) := [value | walk(arguments, [_, value]); is_string(value)] if {
+_argument_values(name, arguments) := [value | walk(arguments, [_, value]); is_string(value)] if {
 	name == "*"
 } else := [arguments[name]] if {
 	is_string(arguments[name])
