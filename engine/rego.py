@@ -1,8 +1,10 @@
 """The one module that talks to regorus, the embedded Rego evaluator.
 
 Traps this module absorbs so no caller has to know them:
-- a regorus ``Engine`` may only be used on the thread that built it, so every
-  thread gets its own engine, built lazily from the same immutable sources;
+- a regorus ``Engine`` may only be used, and dropped, on the thread that built it, so
+  every thread gets its own engine, built lazily from the same immutable sources, and
+  a policy released on another thread (the garbage collector runs on whichever
+  thread allocates) leaves each foreign engine to be dropped by its own thread;
 - with ``RUST_BACKTRACE=1`` each Rego error captures a backtrace (~0.7 ms), so
   library backtraces are switched off unless the operator asked for them;
 - Rego errors surface as ``RuntimeError``; they become ``PolicyError`` here.
@@ -54,13 +56,38 @@ class TestRule:
     bodies: tuple[tuple[Statement, ...], ...] = ()
 
 
+# Engines whose policy was released on another thread, by the thread that built them:
+# each is dropped there the next time that thread evaluates anything.
+_orphans: dict[int, list[Any]] = {}
+_orphans_lock = threading.Lock()
+
+
+class _Engines(dict[int, Any]):
+    """One policy's engines, by the ident of the thread that built each."""
+
+    def __del__(self) -> None:
+        here = threading.get_ident()
+        foreign = [(ident, engine) for ident, engine in self.items() if ident != here]
+        if foreign:
+            with _orphans_lock:
+                for ident, engine in foreign:
+                    _orphans.setdefault(ident, []).append(engine)
+        self.clear()  # this thread's own engine, if any, is dropped here, where it was built
+
+
+def _drop_orphans() -> None:
+    with _orphans_lock:
+        orphans = _orphans.pop(threading.get_ident(), None)
+    del orphans  # outside the lock: dropping an engine frees its whole document
+
+
 class Policy:
     """Rego modules plus a data document, evaluated on per-thread engines."""
 
     def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
         self._modules = dict(modules)
         self._data = data
-        self._local = threading.local()
+        self._engines = _Engines()
         self._engine()  # parse now, so a broken module fails at load, not at first use
 
     @property
@@ -132,12 +159,15 @@ class Policy:
         return passed, prints + detail, bool(detail)
 
     def release_thread(self) -> None:
-        """Drop this thread's engine here, on the thread that built it (an engine
-        dropped anywhere else is leaked). Call it before a thread hands the policy on."""
-        self._local.__dict__.pop("engine", None)
+        """Drop this thread's engine now, on the thread that built it. Call it before a
+        thread that will not evaluate this policy again hands it on (a loader thread)."""
+        self._engines.pop(threading.get_ident(), None)
 
     def _engine(self) -> Any:
-        engine = getattr(self._local, "engine", None)
+        if _orphans:  # a lock-free look first: almost always empty
+            _drop_orphans()
+        ident = threading.get_ident()
+        engine = self._engines.get(ident)
         if engine is None:
             engine = regorus.Engine()
             try:
@@ -146,7 +176,7 @@ class Policy:
                 engine.add_data(self._data)
             except RuntimeError as error:
                 raise PolicyError(str(error).strip()) from None
-            self._local.engine = engine
+            self._engines[ident] = engine
         return engine
 
 
