@@ -29,7 +29,7 @@ import psycopg
 import pytest
 import yaml
 
-from tests.fake_provider import FakeProvider, free_port
+from tests.fakes import FakeProvider, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY_SOURCES = ROOT / "policies" / "portcullis"

@@ -27,7 +27,7 @@ import openai
 import pytest
 
 from tests.conftest import Fakes
-from tests.fake_provider import Reply
+from tests.fakes import Reply
 from tests.test_served_governance import METERED, METERED_UPSTREAM, budget_cap, metered_bundle
 
 pytestmark = pytest.mark.served

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.conftest import CATALOG, TENANTS, Fakes, GatewayProcess, deep_copy, write_bundle
-from tests.fake_provider import Fail
+from tests.fakes import Fail
 
 pytestmark = pytest.mark.served
 

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, private_redis, target, write_bundle
-from tests.fake_provider import CutStream, Fail, Reply
+from tests.fakes import CutStream, Fail, Reply
 
 pytestmark = pytest.mark.served
 
@@ -432,7 +432,7 @@ def test_a_request_that_fails_everywhere_releases_its_reservation(tmp_path: Path
 
 
 def test_a_timeout_keeps_the_bound_pending(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    from tests.fake_provider import Hang
+    from tests.fakes import Hang
 
     team = unique_team()
     rules = budget_cap(team, "0.06", "CalendarDay")

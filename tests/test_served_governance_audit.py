@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.conftest import OUTCOME_EVENTS, Fakes, GatewayProcess, Services
-from tests.fake_provider import CutStream, Fail, Hang, Reply
+from tests.fakes import CutStream, Fail, Hang, Reply
 from tests.test_served_governance import (
     ACTUAL,
     BODY,

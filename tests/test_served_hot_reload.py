@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.conftest import CATALOG, TENANTS, Fakes, GatewayProcess, deep_copy, wait_for, write_bundle
-from tests.fake_provider import Reply
+from tests.fakes import Reply
 
 pytestmark = pytest.mark.served
 

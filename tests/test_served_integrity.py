@@ -19,7 +19,7 @@ import pytest
 
 from portcullis.engine.integrity.policy import CANARY_NOTE
 from tests.conftest import CATALOG, TENANTS, Fakes, deep_copy, wait_for, write_bundle
-from tests.fake_provider import Reply, ToolCall
+from tests.fakes import Reply, ToolCall
 
 pytestmark = pytest.mark.served
 

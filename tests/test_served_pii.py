@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, private_redis, target, write_bundle
-from tests.fake_provider import Reply, ToolCall
+from tests.fakes import Reply, ToolCall
 
 pytestmark = pytest.mark.served
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.conftest import Fakes
-from tests.fake_provider import Reply, ToolCall
+from tests.fakes import Reply, ToolCall
 from tests.test_served_pii import MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
 
 pytestmark = pytest.mark.served
