@@ -21,7 +21,8 @@ import openai
 import psycopg
 import pytest
 
-from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, private_redis, target, write_bundle
+from tests.bundles import CATALOG, TENANTS, deep_copy, target, write_bundle
+from tests.conftest import Fakes, Services, private_redis
 from tests.fakes import CutStream, Fail, Reply
 
 pytestmark = pytest.mark.served

@@ -16,7 +16,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import CATALOG, TENANTS, Fakes, GatewayProcess, deep_copy, wait_for, write_bundle
+from tests.bundles import CATALOG, TENANTS, deep_copy, write_bundle
+from tests.conftest import Fakes, GatewayProcess, wait_for
 from tests.fakes import Reply
 
 pytestmark = pytest.mark.served

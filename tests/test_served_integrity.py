@@ -18,7 +18,8 @@ import openai
 import pytest
 
 from portcullis.engine.integrity.policy import CANARY_NOTE
-from tests.conftest import CATALOG, TENANTS, Fakes, deep_copy, wait_for, write_bundle
+from tests.bundles import CATALOG, TENANTS, deep_copy, write_bundle
+from tests.conftest import Fakes, wait_for
 from tests.fakes import Reply, ToolCall
 
 pytestmark = pytest.mark.served

@@ -17,7 +17,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CATALOG, TENANTS, Fakes, Services, deep_copy, private_redis, target, write_bundle
+from tests.bundles import CATALOG, TENANTS, deep_copy, target, write_bundle
+from tests.conftest import Fakes, Services, private_redis
 from tests.fakes import Reply, ToolCall
 
 pytestmark = pytest.mark.served

@@ -26,7 +26,7 @@ from portcullis.engine.integrity import output
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.policy import IntegrityPolicy, PolicyPrompt, integrity_problems
 from portcullis.engine.integrity.spotlight import boundary_for
-from tests.conftest import ROOT, write_bundle
+from tests.bundles import ROOT, write_bundle
 
 CANARY = "PCX-CANARY-unit-1234abcd"
 POLICY = IntegrityPolicy.from_plan(
