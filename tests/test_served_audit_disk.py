@@ -28,7 +28,7 @@ import pytest
 
 from tests.conftest import Fakes
 from tests.fakes import Reply
-from tests.test_served_governance import METERED, METERED_UPSTREAM, budget_cap, metered_bundle
+from tests.governance_helpers import METERED, METERED_UPSTREAM, budget_cap, metered_bundle
 
 pytestmark = pytest.mark.served
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Fakes
 from tests.fakes import Reply
-from tests.test_served_integrity import CANARY, MINI_UPSTREAM, OPENAI_TOOLS, POLICY_TEXT, SONNET_UPSTREAM, chat, claude, integrity_bundle, openai_agent_turn
+from tests.integrity_helpers import CANARY, MINI_UPSTREAM, OPENAI_TOOLS, POLICY_TEXT, SONNET_UPSTREAM, chat, claude, integrity_bundle, openai_agent_turn
 
 pytestmark = pytest.mark.served
 

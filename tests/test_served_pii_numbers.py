@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Fakes
 from tests.fakes import Reply, ToolCall
-from tests.test_served_pii import MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
+from tests.pii_helpers import MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
 
 pytestmark = pytest.mark.served
 
