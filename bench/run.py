@@ -108,7 +108,7 @@ def start_fake(workdir: Path, port: int, *options: str) -> subprocess.Popen:
     """The fake provider on ``port``, ready to answer."""
     log = workdir / "fake.log"
     fake = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "fake_provider.py"), "--port", str(port), "--api-key", UPSTREAM_KEY, *options],
+        [sys.executable, "-m", "tests.fakes", "--port", str(port), "--api-key", UPSTREAM_KEY, *options],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         cwd=ROOT,

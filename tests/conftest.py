@@ -1,4 +1,4 @@
-"""Shared fixtures: real services, the fake provider, test bundles and gateway processes.
+"""Shared fixtures: real services, the fake providers and gateway processes (bundles: ``tests/bundles.py``).
 
 Gateways run as real ``portcullis serve`` processes on free ports and are reached over
 real HTTP. PostgreSQL and Redis are the machine's own (``DATABASE_URL`` / ``REDIS_URL``,
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import os
 import shutil
@@ -29,14 +28,11 @@ import psycopg
 import pytest
 import yaml
 
-from tests.fake_provider import FakeProvider, free_port
+from tests.bundles import write_bundle
+from tests.fakes import FakeProvider, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
-POLICY_SOURCES = ROOT / "policies" / "portcullis"
 UPSTREAM_KEY = "sk-fake-upstream-key"
 OUTCOME_EVENTS = ("request_finished", "request_failed", "request_cancelled")
-
-TARGET_DEFAULTS = {"context_window": 200000, "max_output_tokens": 8192, "capabilities": ["streaming", "tools", "vision"]}
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> bool:
@@ -47,111 +43,6 @@ def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
-
-
-def target(provider: str, model: str, region: str, priority: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "model": model, "region": region, "priority": priority, **TARGET_DEFAULTS, **extra}
-
-
-# The catalog and tenants most tests use: two Anthropic providers in two regions, one
-# OpenAI-compatible provider, a fallback chain, and teams that exercise every grant.
-CATALOG: dict[str, Any] = {
-    "aliases": {"sonnet": "claude-sonnet-4-5", "haiku": "claude-haiku-4-5", "mini": "gpt-4o-mini"},
-    "models": {
-        "claude-sonnet-4-5": {
-            "targets": [
-                target("anthropic-us", "claude-sonnet-4-5-20250929", "us-east-1", 1),
-                target("anthropic-eu", "claude-sonnet-4-5-20250929", "eu-west-1", 2),
-            ],
-            "fallbacks": ["claude-haiku-4-5"],
-        },
-        "claude-haiku-4-5": {"targets": [target("anthropic-eu", "claude-haiku-4-5-20251001", "eu-west-1")]},
-        "claude-opus-4-1": {"targets": [target("anthropic-us", "claude-opus-4-1-20250805", "us-east-1")]},
-        "claude-sonnet-4-5-exact": {"targets": [target("anthropic-us", "claude-sonnet-4-5-exact", "us-east-1")]},
-        "gpt-4o-mini": {"targets": [target("openai-main", "gpt-4o-mini-2024-07-18", "us-east-1")]},
-        "gpt-4o-mini-exact": {"targets": [target("openai-main", "gpt-4o-mini-exact", "us-east-1")]},
-        "local-llama": {"targets": [target("openai-main", "meta-llama/Llama-3.1-8B-Instruct", "us-east-1", capabilities=["streaming"])]},
-    },
-    "prices": [
-        {
-            "provider": "anthropic-us",
-            "model": "claude-sonnet-4-5-20250929",
-            "effective_from": "2025-09-29",
-            "usd_per_mtok": {"input": "3", "output": "15", "cache_read": "0.30", "cache_write": "3.75"},
-        },
-        {
-            "provider": "anthropic-eu",
-            "model": "claude-sonnet-4-5-20250929",
-            "effective_from": "2025-09-29",
-            "usd_per_mtok": {"input": "3.30", "output": "16.50"},
-        },
-        {"provider": "anthropic-eu", "model": "claude-haiku-4-5-20251001", "effective_from": "2025-10-01", "usd_per_mtok": {"input": "1", "output": "5"}},
-        {"provider": "anthropic-us", "model": "claude-opus-4-1-20250805", "effective_from": "2025-08-05", "usd_per_mtok": {"input": "15", "output": "75"}},
-        {"provider": "anthropic-us", "model": "claude-sonnet-4-5-exact", "effective_from": "2025-09-29", "usd_per_mtok": {"input": "3", "output": "15"}},
-        {
-            "provider": "openai-main",
-            "model": "gpt-4o-mini-2024-07-18",
-            "effective_from": "2024-07-18",
-            "usd_per_mtok": {"input": "0.15", "output": "0.60", "cache_read": "0.075"},
-        },
-        {"provider": "openai-main", "model": "gpt-4o-mini-exact", "effective_from": "2024-07-18", "usd_per_mtok": {"input": "0.15", "output": "0.60"}},
-        {
-            "provider": "openai-main",
-            "model": "meta-llama/Llama-3.1-8B-Instruct",
-            "effective_from": "2025-01-01",
-            "usd_per_mtok": {"input": "0.05", "output": "0.10"},
-        },
-    ],
-}
-
-TENANTS: dict[str, Any] = {
-    "teams": {
-        "eng": {
-            "models": ["claude-*", "gpt-*", "local-*"],
-            "users": {"carol": {"models": ["claude-haiku-*"]}, "dave": {"regions": ["eu-west-1"]}},
-        },
-        "eu-team": {"models": ["claude-*"], "regions": ["eu-west-1"]},
-        "sonnet-only": {"models": ["claude-sonnet-4-5"]},
-    },
-}
-
-
-def write_bundle(
-    directory: Path,
-    tenants: dict[str, Any] | None = None,
-    catalog: dict[str, Any] | None = None,
-    revision: str = "test-1",
-    extra: dict[str, str] | None = None,
-    governance: dict[str, Any] | None = None,
-    pii: dict[str, Any] | None = None,
-    integrity: dict[str, Any] | None = None,
-) -> Path:
-    """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
-    if directory.exists():
-        shutil.rmtree(directory)
-    (directory / "portcullis" / "tenants").mkdir(parents=True)
-    (directory / "portcullis" / "catalog").mkdir(parents=True)
-    for module in POLICY_SOURCES.glob("*.rego"):
-        shutil.copy(module, directory / "portcullis" / module.name)
-    # Through JSON first: bundles refuse YAML aliases, which PyYAML emits for shared objects.
-    (directory / "portcullis" / "tenants" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(tenants or TENANTS))))
-    (directory / "portcullis" / "catalog" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(catalog or CATALOG))))
-    if governance is not None:
-        (directory / "portcullis" / "governance").mkdir()
-        (directory / "portcullis" / "governance" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"rules": governance}))))
-    if pii is not None:
-        (directory / "portcullis" / "pii").mkdir()
-        (directory / "portcullis" / "pii" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"policies": pii}))))
-    if integrity is not None:  # the product's scanner and tool rules, with the given policies
-        rules = yaml.safe_load((POLICY_SOURCES / "integrity" / "data.yaml").read_text())
-        (directory / "portcullis" / "integrity").mkdir()
-        document = {"injection_rules": rules["injection_rules"], "tool_rules": rules["tool_rules"], "policies": integrity}
-        (directory / "portcullis" / "integrity" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(document))))
-    (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
-    for name, content in (extra or {}).items():
-        (directory / name).parent.mkdir(parents=True, exist_ok=True)
-        (directory / name).write_text(content)
-    return directory
 
 
 # --- real services ------------------------------------------------------------------------
@@ -273,7 +164,6 @@ class GatewayProcess:
         return self.log_path.read_text(errors="replace")
 
     def audit_records(self) -> list[dict[str, Any]]:
-        import json
 
         return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line.strip()]
 
@@ -439,7 +329,3 @@ def fresh_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Any]:
     yield make
     for running in started:
         running.stop()
-
-
-def deep_copy(value: Any) -> Any:
-    return copy.deepcopy(value)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import UPSTREAM_KEY, Fakes, GatewayProcess
-from tests.fake_provider import Reply, ToolCall
+from tests.fakes import Reply, ToolCall
 
 pytestmark = pytest.mark.served
 

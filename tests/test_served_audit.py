@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.conftest import UPSTREAM_KEY, Fakes, GatewayProcess
-from tests.fake_provider import Fail
+from tests.fakes import Fail
 
 pytestmark = pytest.mark.served
 

@@ -27,8 +27,8 @@ import openai
 import pytest
 
 from tests.conftest import Fakes
-from tests.fake_provider import Reply
-from tests.test_served_governance import METERED, METERED_UPSTREAM, budget_cap, metered_bundle
+from tests.fakes import Reply
+from tests.governance_helpers import METERED, METERED_UPSTREAM, budget_cap, metered_bundle
 
 pytestmark = pytest.mark.served
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import Fakes
-from tests.fake_provider import Hang
+from tests.fakes import Hang
 
 pytestmark = pytest.mark.served
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import Fakes, GatewayProcess
-from tests.fake_provider import Reply, ToolCall
+from tests.fakes import Reply, ToolCall
 
 pytestmark = pytest.mark.served
 

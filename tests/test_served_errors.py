@@ -13,8 +13,9 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CATALOG, TENANTS, Fakes, GatewayProcess, deep_copy, write_bundle
-from tests.fake_provider import Fail
+from tests.bundles import CATALOG, TENANTS, deep_copy, write_bundle
+from tests.conftest import Fakes, GatewayProcess
+from tests.fakes import Fail
 
 pytestmark = pytest.mark.served
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from tests.conftest import OUTCOME_EVENTS, Fakes, GatewayProcess, Services
-from tests.fake_provider import CutStream, Fail, Hang, Reply
-from tests.test_served_governance import (
+from tests.fakes import CutStream, Fail, Hang, Reply
+from tests.governance_helpers import (
     ACTUAL,
     BODY,
     BOUND,
@@ -83,7 +83,7 @@ def test_audit_charges_equal_ledger_charges(kind: str, tmp_path: Path, fresh_gat
 
 
 def test_a_requests_sub_calls_count_in_its_audit_charge(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    from tests.test_served_pii import SONNET_UPSTREAM, classifier_bundle
+    from tests.pii_helpers import SONNET_UPSTREAM, classifier_bundle
 
     rules = {"eng-day": {"subject": {"team": "eng"}, "budget": {"limit_usd": "5", "period": "CalendarDay"}}}
     gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "b", rules))

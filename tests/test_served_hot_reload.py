@@ -16,8 +16,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import CATALOG, TENANTS, Fakes, GatewayProcess, deep_copy, wait_for, write_bundle
-from tests.fake_provider import Reply
+from tests.bundles import CATALOG, TENANTS, deep_copy, write_bundle
+from tests.conftest import Fakes, GatewayProcess, wait_for
+from tests.fakes import Reply
 
 pytestmark = pytest.mark.served
 

@@ -14,8 +14,8 @@ import openai
 import pytest
 
 from tests.conftest import Fakes
-from tests.fake_provider import Reply
-from tests.test_served_integrity import CANARY, MINI_UPSTREAM, OPENAI_TOOLS, POLICY_TEXT, SONNET_UPSTREAM, chat, claude, integrity_bundle, openai_agent_turn
+from tests.fakes import Reply
+from tests.integrity_helpers import CANARY, MINI_UPSTREAM, OPENAI_TOOLS, POLICY_TEXT, SONNET_UPSTREAM, chat, claude, integrity_bundle, openai_agent_turn
 
 pytestmark = pytest.mark.served
 

@@ -14,8 +14,8 @@ import openai
 import pytest
 
 from tests.conftest import Fakes
-from tests.fake_provider import Reply, ToolCall
-from tests.test_served_pii import MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
+from tests.fakes import Reply, ToolCall
+from tests.pii_helpers import MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
 
 pytestmark = pytest.mark.served
 

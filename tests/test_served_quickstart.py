@@ -22,7 +22,7 @@ import openai
 import pytest
 import yaml
 
-from tests.fake_provider import free_port
+from tests.fakes import free_port
 
 pytestmark = pytest.mark.served
 

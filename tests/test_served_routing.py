@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.conftest import Fakes, GatewayProcess, gateway_config
-from tests.fake_provider import CutStream, Fail, Hang, Redirect, StreamError, free_port
+from tests.fakes import CutStream, Fail, Hang, Redirect, StreamError, free_port
 
 pytestmark = pytest.mark.served
 

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from tests.conftest import Fakes, GatewayProcess, wait_for
-from tests.fake_provider import Reply
+from tests.fakes import Reply
 
 pytestmark = pytest.mark.served
 

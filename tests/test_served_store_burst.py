@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from tests.conftest import Fakes, GatewayProcess, Services
-from tests.fake_provider import Reply
-from tests.test_served_governance import BODY, headers, metered_bundle, shared, unique_team
+from tests.fakes import Reply
+from tests.governance_helpers import BODY, headers, metered_bundle, shared, unique_team
 
 pytestmark = pytest.mark.served
 

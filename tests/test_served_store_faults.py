@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests.conftest import Fakes, Services
-from tests.fake_provider import free_port
-from tests.test_served_governance import BODY, budget_cap, headers, ledger_rows, metered_bundle, unique_team
+from tests.fakes import free_port
+from tests.governance_helpers import BODY, budget_cap, headers, ledger_rows, metered_bundle, unique_team
 from tests.test_served_store_burst import burst
 
 pytestmark = pytest.mark.served

@@ -12,7 +12,7 @@ import pytest
 from portcullis.engine.activation import activate
 from portcullis.engine.bundle import BundleError, parse_bundle, read_bundle_files, write_tarball
 from portcullis.engine.rego import Policy
-from tests.conftest import CATALOG, TENANTS, deep_copy, write_bundle
+from tests.bundles import CATALOG, TENANTS, deep_copy, write_bundle
 
 PROVIDERS = {"anthropic-us", "anthropic-eu", "openai-main"}
 TODAY = dt.date(2026, 11, 30)

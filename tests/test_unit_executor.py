@@ -30,7 +30,7 @@ from portcullis.adapters.providers.mock import MockResponse
 from portcullis.engine.activation import activate
 from portcullis.engine.bundle import parse_bundle, read_bundle_files
 from portcullis.engine.errors import ErrorKind, GatewayError
-from tests.conftest import write_bundle
+from tests.bundles import write_bundle
 
 NOW = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
 BODY = b'{"model": "sonnet", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}]}'

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bench.injection_accuracy import HELD_OUT, TUNING, load_bundle, measure, precision_recall, read_corpus
-from tests.conftest import ROOT
+from tests.bundles import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -185,7 +185,7 @@ def test_governance_subcalls_use_the_main_call_contract(tmp_path: Path) -> None:
     from portcullis.engine.bundle import parse_bundle, read_bundle_files
     from portcullis.engine.errors import ErrorKind, GatewayError
     from portcullis.engine.pricing import Usage
-    from tests.conftest import write_bundle
+    from tests.bundles import write_bundle
 
     rules = {"eng-cap": {"subject": {"team": "eng"}, "budget": {"limit_usd": "0.50", "period": "CalendarDay"}}}
     providers = {name: MockProvider(name) for name in ("anthropic-us", "anthropic-eu", "openai-main")}

@@ -1,0 +1,27 @@
+"""The one fake upstream model provider, used by every test and by the benchmark.
+
+It speaks the real wire formats, JSON and SSE, tool calls, usage and the providers'
+error envelopes; it checks the provider credential the way the real APIs do, records
+every request it receives (headers and exact body bytes) and can be scripted per
+upstream model to fail, hang, cut a stream or answer with tool calls.
+
+The package's shape:
+
+- ``behaviours``: what a test scripts (``Reply``, ``Fail``, ``Hang``, ...) and what the
+  fake records (``Received``), the same for every format;
+- ``wire``: JSON and SSE framing and stream pacing, shared by the formats;
+- one module per wire format: ``anthropic_messages`` (``/v1/messages``) and
+  ``openai_chat`` (``/v1/chat/completions``), each with its ``PATH`` and
+  ``async handle(fake, request)`` and its bodies, events and errors;
+- ``server``: ``FakeProvider``, which routes every module in ``WIRE_FORMATS``.
+
+A new wire format (OpenAI Responses, Bedrock, ...) is one more module of that kind,
+added to ``server.WIRE_FORMATS``.
+
+Run standalone for benchmarks:  python -m tests.fakes --port 9100
+"""
+
+from tests.fakes.behaviours import Behaviour, CutStream, Fail, Hang, Received, Redirect, Reply, StreamError, ToolCall
+from tests.fakes.server import FakeProvider, free_port
+
+__all__ = ["Behaviour", "CutStream", "Fail", "FakeProvider", "Hang", "Received", "Redirect", "Reply", "StreamError", "ToolCall", "free_port"]
