@@ -186,7 +186,9 @@ def test_steps_admit_in_order_and_every_admitted_step_settles_after_the_guards(t
     assert [event["event"] for event in harness.events()] == ["request_started", "request_finished"]
 
 
-def test_an_untouched_body_goes_upstream_byte_identical(tmp_path: Path, bundle: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def serialisations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the bodies the executor serialises again, one entry per time."""
     calls: list[int] = []
     original = executor_module.serialised
 
@@ -195,27 +197,23 @@ def test_an_untouched_body_goes_upstream_byte_identical(tmp_path: Path, bundle: 
         return await original(body, size)
 
     monkeypatch.setattr(executor_module, "serialised", counted)
+    return calls
+
+
+def test_an_untouched_body_goes_upstream_byte_identical(tmp_path: Path, bundle: Any, serialisations: list[int]) -> None:
     harness = Harness(tmp_path, bundle, [RecordingStep("a", [])], ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
     raw = BODY.replace(b'"sonnet"', b'"claude-sonnet-4-5-20250929"')  # the upstream's own name: nothing to swap
     harness.run(raw.replace(b"claude-sonnet-4-5-20250929", b"claude-sonnet-4-5"))
     _, sent = harness.providers["anthropic-us"].sent[0]
-    assert sent == raw and calls == []  # spacing and member order as the client wrote them
+    assert sent == raw and serialisations == []  # spacing and member order as the client wrote them
 
 
-def test_a_body_two_steps_edit_is_serialised_once(tmp_path: Path, bundle: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    original = executor_module.serialised
-
-    async def counted(body: dict[str, Any], size: int) -> bytes:
-        calls.append(size)
-        return await original(body, size)
-
-    monkeypatch.setattr(executor_module, "serialised", counted)
+def test_a_body_two_steps_edit_is_serialised_once(tmp_path: Path, bundle: Any, serialisations: list[int]) -> None:
     steps = [RecordingStep("a", [], {"body_changed": True}), RecordingStep("b", [], {"body_changed": True})]
     harness = Harness(tmp_path, bundle, steps, ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
     assert harness.run().status_code == 200
     _, sent = harness.providers["anthropic-us"].sent[0]
-    assert len(calls) == 1 and json.loads(sent)["metadata"] == {"user_id": "b"}
+    assert len(serialisations) == 1 and json.loads(sent)["metadata"] == {"user_id": "b"}
 
 
 def test_dispatch_facts_come_from_admissions(tmp_path: Path, bundle: Any) -> None:
