@@ -23,6 +23,7 @@ from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
+from portcullis.adapters.count_limit import count_limit
 from portcullis.adapters.dispatch import Dispatcher
 from portcullis.adapters.error_responses import error_response, generic_error_body
 from portcullis.adapters.executor import Executor
@@ -33,6 +34,7 @@ from portcullis.adapters.ingress import client_address
 from portcullis.adapters.integrity.guard import PromptIntegrity
 from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.pii.classifier import ClassifierDetector
 from portcullis.adapters.pii.detectors import Detector
 from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
@@ -104,8 +106,10 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     integrity = PromptIntegrity(settings.spotlight_key(), settings.scan_cache_entries, webhook, settings.hop_key(), hops)
     # Filters run first, PII before integrity (the scanner reads what will be sent; the
     # operator's prompt is not the client's data); governance then sizes and reserves
-    # exactly what goes upstream. Answer guards run in the same order.
-    steps = [pii, integrity, governance]
+    # exactly what goes upstream. Answer guards run in the same order. A token count's
+    # own limit comes before them all: a refused count costs no detection work.
+    counts = count_limit(store, config.store.redis_prefix, config.count_tokens_per_minute)
+    steps = [counts, pii, integrity, governance]
     gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
@@ -141,6 +145,9 @@ def create_app(runtime: Runtime) -> Starlette:
 
     async def messages(request: Request) -> Any:
         return await gateway.handle(request, anthropic_messages.PROTOCOL)
+
+    async def count_tokens(request: Request) -> Any:
+        return await gateway.handle(request, anthropic_messages.PROTOCOL, Operation.COUNT_TOKENS)
 
     async def chat_completions(request: Request) -> Any:
         return await gateway.handle(request, openai_chat.PROTOCOL)
@@ -200,6 +207,8 @@ def create_app(runtime: Runtime) -> Starlette:
     routes = [
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/", messages, methods=["POST"]),  # served, not redirected: a redirect would be built from the Host header
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/messages/count_tokens/", count_tokens, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/chat/completions/", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),

@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Any
 
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Exchange
 from portcullis.engine.errors import GatewayError, printable
 
@@ -22,6 +23,7 @@ def error_of(error: GatewayError) -> dict[str, Any]:
 def refusal_record(exchange: Exchange, stage: str, error: GatewayError) -> dict[str, Any]:
     """``request_denied``: refused at ``stage``, before anything went upstream."""
     record: dict[str, Any] = {"request_id": exchange.request_id, "stage": stage, "protocol": exchange.protocol.name, "error": error_of(error)}
+    record.update(_operation(exchange))
     if exchange.principal is not None:
         record["principal"] = exchange.principal.as_input()
     if exchange.request is not None:
@@ -41,6 +43,7 @@ def started_record(exchange: Exchange) -> dict[str, Any]:
         "principal": exchange.principal.as_input(),
         "protocol": exchange.request.protocol,
         "stream": exchange.request.stream,
+        **_operation(exchange),
         "requested_model": printable(exchange.request.model),
         "model": exchange.plan.model,
         "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
@@ -54,6 +57,7 @@ def outcome_record(exchange: Exchange, outcome: str, error: GatewayError | None 
     record: dict[str, Any] = {
         "request_id": exchange.request_id,
         "outcome": outcome,
+        **_operation(exchange),
         "attempts": exchange.attempts,
         "duration_ms": round((time.monotonic() - exchange.started) * 1000, 3),
     }
@@ -70,7 +74,13 @@ def outcome_record(exchange: Exchange, outcome: str, error: GatewayError | None 
     return record
 
 
-OUTCOME_EVENTS = {"ok": "request_finished", "failed": "request_failed", "cancelled": "request_cancelled"}
+# A count ends in its own event: nothing was generated, so it is never read as spend.
+OUTCOME_EVENTS = {"ok": "request_finished", "failed": "request_failed", "cancelled": "request_cancelled", "counted": "tokens_counted"}
+
+
+def _operation(exchange: Exchange) -> dict[str, str]:
+    """Records of inference stay as they always were; any other operation says which it was."""
+    return {} if exchange.operation == Operation.INFERENCE else {"operation": exchange.operation.value}
 
 
 def log_request(exchange: Exchange, status: int, outcome: str = "ok") -> None:

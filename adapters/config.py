@@ -173,6 +173,7 @@ class Config:
     max_auth_failures: int
     auth_failure_window: int
     drain_seconds: float = 25.0  # on SIGTERM/SIGINT: how long in-flight requests may take to finish
+    count_tokens_per_minute: int = 300  # token counts one API key may ask for per minute (they are not billed)
     pii: PiiConfig = field(default_factory=lambda: PiiConfig())
     integrity: IntegrityConfig = field(default_factory=lambda: IntegrityConfig())
     request_limits: RequestLimits = field(default_factory=lambda: RequestLimits())
@@ -268,6 +269,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         audit_path=resolve(document.get("audit", {}).get("path", ".portcullis/audit.jsonl")),
         max_request_bytes=limits.get("max_request_bytes", 16 * 1024 * 1024),
         max_attempts=limits.get("max_attempts", 3),
+        count_tokens_per_minute=limits.get("count_tokens_per_minute", 300),
         key_cache_seconds=auth.get("key_cache_seconds", 5),
         max_auth_failures=auth.get("max_failures", 20),
         auth_failure_window=auth.get("failure_window_seconds", 60),

@@ -48,6 +48,7 @@ class Call:
     forward_headers: Mapping[str, str] = field(default_factory=dict)
     extra_headers: Callable[[str], Mapping[str, str]] = _no_headers
     attempts: list[dict[str, Any]] = field(default_factory=list)  # each target tried, for the audit record
+    path: str | None = None  # the endpoint called; None: the upstream protocol's inference path
 
     def record(self, target: Target, outcome: str, status: int | None = None) -> None:
         self.attempts.append({**target.describe(), "outcome": outcome, "status": status})
@@ -109,7 +110,7 @@ class Dispatcher:
             headers = pair.upstream.wire.upstream_headers(key.secret, call.forward_headers)  # the credential joins only here
             headers.update(call.extra_headers(target.provider))
             try:
-                upstream = await provider.send(pair.upstream.wire.UPSTREAM_PATH, call.query, headers, body)
+                upstream = await provider.send(call.path or pair.upstream.wire.UPSTREAM_PATH, call.query, headers, body)
             except UpstreamUnreachable as failure:
                 call.record(target, failure.reason)
                 last_error = unreachable(failure)

@@ -6,7 +6,9 @@
     steps) · audit the outcome
 
 Capabilities plug in as ``Step``s (``pipeline.py``) and upstream calls go through the
-``Dispatcher``: the executor names no capability and no protocol.
+``Dispatcher``: the executor names no capability and no protocol. The route names the
+``Operation``: the stages are the same for each; only the steps that apply to it admit
+the request, and what is dispatched differs (an answer relayed and guarded, or a count).
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFail
 from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
 from portcullis.adapters.ingress import client_address, parse_request, read_body, request_id_of, session_of
 from portcullis.adapters.offload import off_loop, serialised
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Clock, Exchange, ResponseGuard, Step, utc_now
 from portcullis.adapters.policy_input import decide
-from portcullis.adapters.protocols.interfaces import WireProtocol
-from portcullis.adapters.protocols.registry import Route
+from portcullis.adapters.protocols.interfaces import TokenCounting, WireProtocol
+from portcullis.adapters.protocols.registry import Route, protocol
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.providers import UpstreamUnreachable
 from portcullis.adapters.relay import StreamRelay
@@ -41,11 +44,14 @@ from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
 from portcullis.engine.plan import Target
 from portcullis.engine.pricing import Usage
+from portcullis.engine.tokens import count_input_tokens
 
 log = logging.getLogger("portcullis.gateway")
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_COUNT_BYTES = 1024 * 1024
 FALLBACK_HEADER = "x-portcullis-model-fallback"
+TOKEN_COUNT_HEADER = "x-portcullis-token-count"  # who counted: "provider", or "estimate" (the gateway's approximation)
 
 
 def internal_error() -> GatewayError:
@@ -72,17 +78,18 @@ class Executor:
         self._max_request_bytes = max_request_bytes
         self._clock = clock
         self._limits = limits
+        self._serve = {Operation.INFERENCE: self._dispatch, Operation.COUNT_TOKENS: self._count}
 
     # --- the pipeline ------------------------------------------------------------
 
-    async def handle(self, http: Request, protocol: WireProtocol) -> Response | RelayedStream:
-        exchange = Exchange(request_id_of(http), protocol, time.monotonic(), self._clock())
+    async def handle(self, http: Request, protocol: WireProtocol, operation: Operation = Operation.INFERENCE) -> Response | RelayedStream:
+        exchange = Exchange(request_id_of(http), protocol, time.monotonic(), self._clock(), operation=operation)
         stage = "authenticate"
         try:
             exchange.principal = await self._auth.authenticate(http.headers, client_address(http))
             stage = "parse"
             raw = await read_body(http, self._max_request_bytes, self._limits.body_timeout_seconds)
-            exchange.request = await parse_request(protocol, raw, http, self._limits)
+            exchange.request = await parse_request(protocol, raw, http, self._limits, operation)
             exchange.request.session = session_of(http.headers)
             exchange.request.hop = http.headers.get(HOP_HEADER)
             stage = "decide"
@@ -93,7 +100,8 @@ class Executor:
             exchange.targets = exchange.plan.targets
             stage = "admit"
             for step in self._steps:
-                exchange.admitted(step, await step.admit(exchange))
+                if operation in step.operations:  # a step that does not apply never sees the request
+                    exchange.admitted(step, await step.admit(exchange))
             if exchange.body_changed:  # serialised once, whatever number of steps edited it
                 exchange.request.raw = await serialised(exchange.request.body, len(exchange.request.raw))
         except GatewayError as error:
@@ -122,14 +130,14 @@ class Executor:
         scope = asyncio.timeout_at(deadline)
         try:
             async with scope:
-                return await self._dispatch(exchange)
+                return await self._serve[exchange.operation](exchange)
         except TimeoutError:
             if not scope.expired():
                 raise
             error = GatewayError(ErrorKind.TIMEOUT, "the request did not get an answer within the gateway's deadline", code="request_deadline")
             return await self._finish_failed(exchange, error)
 
-    async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
+    def _call(self, exchange: Exchange, targets: tuple[Target, ...], path: str | None = None) -> Call:
         request = exchange.request
         assert request is not None
 
@@ -142,17 +150,23 @@ class Executor:
                 headers.update(step.outbound_headers(exchange, state, provider))
             return headers
 
-        call = Call(
+        return Call(
             exchange.request_id,
             request.protocol,
-            exchange.targets,
+            targets,
             body,
             tokens=exchange.bound_tokens,
             query=request.query,
             forward_headers=request.forward_headers,
             extra_headers=extra_headers,
             attempts=exchange.attempts,
+            path=path,
         )
+
+    async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
+        request = exchange.request
+        assert request is not None
+        call = self._call(exchange, exchange.targets)
 
         async def answer(attempt: Attempt) -> Response | RelayedStream:
             if request.stream:
@@ -206,6 +220,57 @@ class Executor:
         body = relay.body(converter)
         opening = await anext(body, b"")  # started now, so closing it always settles and audits
         return RelayedStream(200, headers, opening, body)
+
+    # --- a token count ---------------------------------------------------------------
+
+    async def _count(self, exchange: Exchange) -> Response:
+        """Forwarded, with failover, to the authorised targets that count in the client's
+        protocol, and their answer relayed as they gave it; when none can, counted here and
+        labelled an estimate. Nothing is generated, so nothing is priced or settled."""
+        request, counting = exchange.request, exchange.protocol.counting
+        assert request is not None and counting is not None  # the route exists only for protocols that count
+        able = tuple(t for t in exchange.targets if self._dispatcher.protocol_of(t, request.protocol) == request.protocol)
+        if not able:
+            return await self._estimate(exchange, counting)
+        call = self._call(exchange, able, counting.PATH)
+
+        async def answer(attempt: Attempt) -> Response:
+            upstream = attempt.upstream
+            try:
+                raw = await upstream.read(MAX_COUNT_BYTES)
+                document = json.loads(raw)
+            except UpstreamUnreachable as failure:
+                raise TryNext(failure.reason, unreachable(failure)) from None
+            except ValueError:
+                raise TryNext("malformed_response", GatewayError(ErrorKind.UPSTREAM, "the provider returned a malformed response")) from None
+            finally:
+                upstream.release()
+            call.record(attempt.target, "ok", upstream.status)
+            tokens = document.get("input_tokens") if isinstance(document, dict) else None
+            exchange.audit_outcome["counted_by"] = attempt.target.describe()
+            return await self._counted(exchange, raw, "provider", tokens if isinstance(tokens, int) else None)
+
+        try:
+            return await self._dispatcher.dispatch(call, answer)
+        except DispatchFailed as failed:
+            return await self._finish_failed(exchange, failed.error)
+
+    async def _estimate(self, exchange: Exchange, counting: TokenCounting) -> Response:
+        """The body that would be sent, counted the way governance sizes it for the first
+        target (tiktoken for OpenAI-compatible ones): an approximation, labelled as one."""
+        request = exchange.request
+        assert request is not None
+        first = self._dispatcher.protocol_of(exchange.targets[0], request.protocol) if exchange.targets else request.protocol
+        tokens, method = await off_loop(len(request.raw), count_input_tokens, request.body, protocol(first).wire.TOKEN_COUNT_EXACT)
+        exchange.audit_outcome["count_method"] = method
+        return await self._counted(exchange, counting.estimate_body(tokens), "estimate", tokens)
+
+    async def _counted(self, exchange: Exchange, body: bytes, by: str, tokens: int | None) -> Response:
+        exchange.headers[TOKEN_COUNT_HEADER] = by
+        exchange.audit_outcome.update(count=by, input_tokens=tokens)
+        await self._finish(exchange, "counted")
+        log_request(exchange, 200, "counted")
+        return Response(body, 200, headers=self._headers(exchange), media_type="application/json")
 
     # --- bookkeeping ---------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.offload import off_loop, parse_apart
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols.interfaces import WireProtocol
 from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.engine.errors import ErrorKind, GatewayError
@@ -70,13 +71,16 @@ def new_request_id() -> str:
     return f"req_{time.time_ns():x}{uuid.uuid4().hex[:12]}"
 
 
-async def parse_request(protocol: WireProtocol, raw: bytes, http: Request, limits: RequestLimits) -> ParsedRequest:
+async def parse_request(
+    protocol: WireProtocol, raw: bytes, http: Request, limits: RequestLimits, operation: Operation = Operation.INFERENCE
+) -> ParsedRequest:
     """A large body is parsed and validated on a worker thread: the walk is pure
     Python, and the event loop must keep serving every other client meanwhile."""
     query = http.scope["query_string"].decode("latin-1")
+    parse = protocol.parser(operation)
     if len(raw) <= limits.offload_bytes:
-        return protocol.wire.parse(raw, http.headers, query, limits)
-    parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, limits)
+        return parse(raw, http.headers, query, limits)
+    parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, limits, parse)
     if refusal is not None:
         raise refusal
     assert parsed is not None

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from portcullis.adapters.config import RequestLimits
-from portcullis.adapters.protocols.interfaces import WireProtocol
+from portcullis.adapters.protocols.interfaces import Parse, WireProtocol
 from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.engine.errors import GatewayError
 
@@ -86,14 +86,14 @@ def collector_paused() -> Iterator[None]:
 
 
 def parse_apart(
-    protocol: WireProtocol, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits
+    protocol: WireProtocol, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits, parse: Parse | None = None
 ) -> tuple[ParsedRequest | None, GatewayError | None]:
-    """``protocol.wire.parse`` for a worker thread. A refusal comes back without its traceback:
-    the traceback's frames hold the parsed body, which must be freed here, not on the
-    event loop."""
+    """``protocol.wire.parse`` (or the operation's ``parse``) for a worker thread. A refusal
+    comes back without its traceback: the traceback's frames hold the parsed body, which
+    must be freed here, not on the event loop."""
     with collector_paused():
         try:
-            return protocol.wire.parse(raw, headers, query, limits), None
+            return (parse or protocol.wire.parse)(raw, headers, query, limits), None
         except GatewayError as refusal:
             refusal.__traceback__ = refusal.__context__ = None
             return None, refusal

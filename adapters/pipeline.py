@@ -18,8 +18,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.engine.pricing import Usage
 
@@ -62,6 +63,7 @@ class Exchange:
     protocol: WireProtocol  # the client's
     started: float  # monotonic, for durations and the request deadline
     arrived: dt.datetime  # from the gateway's clock: prices and periods in effect for the whole request
+    operation: Operation = Operation.INFERENCE  # what the route asked for
     principal: Principal | None = None
     request: ParsedRequest | None = None
     bundle: ActiveBundle | None = None
@@ -115,7 +117,10 @@ class Step(Generic[S]):
     """A stage that is not the executor's own. ``admit`` runs before dispatch and may
     refuse (a GatewayError); ``settle`` runs once after the outcome is known, whatever
     it was, for every step that admitted the request, and must not raise. ``state`` is
-    what this step's ``admit`` returned."""
+    what this step's ``admit`` returned. A step runs only for the ``operations`` it
+    names: a request of another operation never reaches it."""
+
+    operations: ClassVar[frozenset[Operation]] = frozenset({Operation.INFERENCE})
 
     async def admit(self, exchange: Exchange) -> Admission[S] | None:
         return None

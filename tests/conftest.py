@@ -32,7 +32,7 @@ from tests.bundles import write_bundle
 from tests.fakes import FakeProvider, free_port
 
 UPSTREAM_KEY = "sk-fake-upstream-key"
-OUTCOME_EVENTS = ("request_finished", "request_failed", "request_cancelled")
+OUTCOME_EVENTS = ("request_finished", "request_failed", "request_cancelled", "tokens_counted")
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> bool:

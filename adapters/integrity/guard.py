@@ -27,6 +27,7 @@ from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, co
 from portcullis.adapters.integrity.scan_cache import ScanCache
 from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.offload import off_loop
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
 from portcullis.adapters.protocols.interfaces import WireProtocol
 from portcullis.adapters.protocols.registry import PROTOCOLS
@@ -49,6 +50,9 @@ class IntegrityState:
 
 
 class PromptIntegrity(Step[IntegrityState]):
+    # A count sizes what inference will send: the policy prompt and spotlighting included.
+    operations = frozenset({Operation.INFERENCE, Operation.COUNT_TOKENS})
+
     def __init__(
         self,
         spotlight_key: bytes | None = None,

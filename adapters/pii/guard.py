@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternDetector
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
@@ -56,6 +57,9 @@ class PiiState:
 
 
 class PiiGuard(Step[PiiState]):
+    # A count's body leaves the gateway too: it is filtered the same way before it goes.
+    operations = frozenset({Operation.INFERENCE, Operation.COUNT_TOKENS})
+
     def __init__(self, vault: Vault, detectors: Mapping[str, Detector], settings: VaultSettings | None = None) -> None:
         self._vault = vault
         self._detectors: dict[str, Detector] = {"patterns": PatternDetector(), **detectors}

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from portcullis.adapters.operations import Operation
+
 if TYPE_CHECKING:
     from portcullis.adapters.config import RequestLimits
     from portcullis.adapters.protocols.request import ParsedRequest
@@ -81,6 +83,20 @@ class Wire(Protocol):
     StreamUsage: Callable[[], StreamMeter]
 
 
+Parse = Callable[[bytes, "Mapping[str, str]", str, "RequestLimits"], "ParsedRequest"]
+
+
+@runtime_checkable
+class TokenCounting(Protocol):
+    """A protocol's token-count endpoint (optional): the body is a request of the
+    protocol without an output limit; the provider answers the input's size."""
+
+    PATH: str  # the count endpoint, appended to a provider's base_url as ``Wire.UPSTREAM_PATH`` is
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits) -> ParsedRequest: ...
+    def estimate_body(self, tokens: int) -> bytes: ...  # a locally counted answer, in the provider's shape
+
+
 @runtime_checkable
 class Surfaces(Protocol):
     """Every string of a request the provider reads, and of an answer it writes, each
@@ -123,3 +139,12 @@ class WireProtocol:
     wire: Wire
     surfaces: Surfaces
     tools: ToolCalls
+    counting: TokenCounting | None = None  # its token-count endpoint, if it has one
+
+    def parser(self, operation: Operation) -> Parse:
+        """How a body of ``operation`` is read; a LookupError when the protocol has none."""
+        if operation == Operation.INFERENCE:
+            return self.wire.parse
+        if operation == Operation.COUNT_TOKENS and self.counting is not None:
+            return self.counting.parse
+        raise LookupError(f"{self.name} has no {operation} operation")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portcullis.adapters.protocols import anthropic_messages, openai_chat
-from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, ToolCalls, Translator, Wire, WireProtocol
+from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, TokenCounting, ToolCalls, Translator, Wire, WireProtocol
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent
@@ -55,6 +55,8 @@ def _check_all() -> None:
         _check(entry.wire, Wire, f"{name}.wire")
         _check(entry.surfaces, Surfaces, f"{name}.surfaces")
         _check(entry.tools, ToolCalls, f"{name}.tools")
+        if entry.counting is not None:
+            _check(entry.counting, TokenCounting, f"{name}.counting")
     for pair, translator in TRANSLATORS.items():
         _check(translator, Translator, "translator " + "_to_".join(pair))
 

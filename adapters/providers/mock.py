@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from portcullis.adapters.protocols.anthropic_messages import count_tokens
 from portcullis.adapters.protocols.anthropic_messages import wire as messages_wire
 from portcullis.adapters.protocols.openai_chat import wire as chat_wire
 from portcullis.adapters.protocols.sse import encode
@@ -43,6 +44,8 @@ class MockProvider:
         words = _reply(request).split(" ")
         words = [w + " " for w in words[:-1]] + words[-1:]
         input_tokens = max(1, len(body) // 4)
+        if path == count_tokens.PATH:
+            return MockResponse(200, "application/json", [json.dumps({"input_tokens": input_tokens}).encode()])
         if path == messages_wire.UPSTREAM_PATH:
             return _anthropic(request, words, input_tokens)
         if path == chat_wire.UPSTREAM_PATH:

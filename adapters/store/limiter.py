@@ -52,17 +52,25 @@ class RedisFailureCounter:
     counted in this process instead, so keys still authenticate (from PostgreSQL) and
     guessing from one address is still slowed, per replica, until Redis is back."""
 
-    def __init__(self, client: Redis, max_failures: int, window: int, prefix: str = "portcullis:", clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        max_failures: int,
+        window: int,
+        prefix: str = "portcullis:",
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "authfail",  # what is counted: another use of the same windows keeps its own keys
+    ) -> None:
         self._redis = client
         self._max = max_failures
         self._window = window
-        self._prefix = prefix
+        self._prefix = f"{prefix}{name}:"
         self._local = MemoryFailureCounter(max_failures, window, clock)
         self._clock = clock
         self._warned_at: float | None = None
 
     def _key(self, client: str) -> str:
-        return f"{self._prefix}authfail:{hashlib.sha256(client.encode()).hexdigest()[:32]}"
+        return f"{self._prefix}{hashlib.sha256(client.encode()).hexdigest()[:32]}"
 
     async def retry_after(self, client: str) -> int | None:
         try:
@@ -89,7 +97,7 @@ class RedisFailureCounter:
         now = self._clock()
         if self._warned_at is None or now - self._warned_at > 60:  # once a minute, not once a request
             self._warned_at = now
-            log.warning("auth-failure counters: Redis is unavailable (%s); counting in this process", type(error).__name__)
+            log.warning("%s counters: Redis is unavailable (%s); counting in this process", self._prefix, type(error).__name__)
 
     async def close(self) -> None:
         return None  # the client belongs to the store

@@ -12,7 +12,8 @@ The package's shape:
 - ``wire``: JSON and SSE framing and stream pacing, shared by the formats;
 - one module per wire format: ``anthropic_messages`` (``/v1/messages``) and
   ``openai_chat`` (``/v1/chat/completions``), each with its ``PATH`` and
-  ``async handle(fake, request)`` and its bodies, events and errors;
+  ``async handle(fake, request)`` and its bodies, events and errors (``MORE_ROUTES``
+  maps further paths to their handlers: Anthropic's ``/v1/messages/count_tokens``);
 - ``server``: ``FakeProvider``, which routes every module in ``WIRE_FORMATS``.
 
 A new wire format (OpenAI Responses, Bedrock, ...) is one more module of that kind,

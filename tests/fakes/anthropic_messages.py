@@ -1,5 +1,7 @@
 """Anthropic Messages (``POST /v1/messages``): the credential and header checks, the
-message body, the SSE events and the error envelope."""
+message body, the SSE events and the error envelope; and its token count
+(``POST /v1/messages/count_tokens``), which takes a Messages body without
+``max_tokens`` and answers ``{"input_tokens": N}``."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ if TYPE_CHECKING:
     from tests.fakes.server import FakeProvider
 
 PATH = "/v1/messages"
+COUNT_PATH = "/v1/messages/count_tokens"
+# The count endpoint's fields: anything else (max_tokens, stream, temperature) is refused, as Anthropic does.
+COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers", "context_management", "output_config"})
 
 _ERRORS = {
     400: "invalid_request_error",
@@ -31,17 +36,25 @@ _ERRORS = {
 }
 
 
-async def handle(fake: FakeProvider, request: Request) -> Response:
+async def received(fake: FakeProvider, request: Request) -> tuple[Any, Response | None]:
+    """The request recorded and its credential, version and JSON checked: (payload, None),
+    or (None, the error the real API answers)."""
     body = await request.body()
     fake.received.append(Received(request.url.path + (f"?{request.url.query}" if request.url.query else ""), dict(request.headers), body))
     if request.headers.get("x-api-key") not in fake.accepted_keys:
-        return error(401, "invalid x-api-key")
+        return None, error(401, "invalid x-api-key")
     if "anthropic-version" not in request.headers:
-        return error(400, "anthropic-version: header is required")
+        return None, error(400, "anthropic-version: header is required")
     try:
-        payload = json.loads(body)
+        return json.loads(body), None
     except ValueError:
-        return error(400, "There was an issue with the format of your request: invalid JSON")
+        return None, error(400, "There was an issue with the format of your request: invalid JSON")
+
+
+async def handle(fake: FakeProvider, request: Request) -> Response:
+    payload, refused = await received(fake, request)
+    if refused is not None:
+        return refused
     for name in ("model", "max_tokens", "messages"):
         if name not in payload:
             return error(400, f"{name}: Field required")
@@ -56,6 +69,44 @@ async def handle(fake: FakeProvider, request: Request) -> Response:
         return json_response(message(message_id, payload["model"], reply), {"request-id": f"req_{uuid.uuid4().hex[:20]}"})
     stream = events(message_id, payload["model"], reply)
     return StreamingResponse(paced(stream, reply.event_delay, behaviour, error_event), media_type="text/event-stream")
+
+
+async def count(fake: FakeProvider, request: Request) -> Response:
+    """The token count: scripted failures apply to it as to messages (by model)."""
+    payload, refused = await received(fake, request)
+    if refused is not None:
+        return refused
+    for name in ("model", "messages"):
+        if name not in payload:
+            return error(400, f"{name}: Field required")
+    extra = sorted(set(payload) - COUNT_FIELDS)
+    if extra:
+        return error(400, f"{extra[0]}: Extra inputs are not permitted")
+    behaviour = fake.next_behaviour(payload["model"])
+    if isinstance(behaviour, Fail):
+        return error(behaviour.status, "Overloaded" if behaviour.status == 529 else "fake failure", behaviour.retry_after)
+    return json_response({"input_tokens": counted(payload)}, {"request-id": f"req_{uuid.uuid4().hex[:20]}"})
+
+
+def counted(payload: dict[str, Any]) -> int:
+    """A deterministic stand-in for Claude's tokenizer: one token per four characters of
+    every string the model reads, and three per message for its framing."""
+    characters = sum(len(text) for text in _strings([payload.get(name) for name in ("system", "messages", "tools")]))
+    return characters // 4 + 3 * len(payload.get("messages") or []) + 1
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+# Routes beyond ``PATH``, each answered by its own handler.
+MORE_ROUTES = {COUNT_PATH: count}
 
 
 def usage(reply: Reply, output: int) -> dict[str, int]:

@@ -37,7 +37,8 @@ class FakeProvider:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
-        self.app = Starlette(routes=[Route(wire.PATH, self._endpoint(wire), methods=["POST"]) for wire in WIRE_FORMATS])
+        routes = [(wire.PATH, wire.handle) for wire in WIRE_FORMATS] + [route for wire in WIRE_FORMATS for route in getattr(wire, "MORE_ROUTES", {}).items()]
+        self.app = Starlette(routes=[Route(path, self._endpoint(handler), methods=["POST"]) for path, handler in routes])
 
     # --- test-side controls -------------------------------------------------------------
 
@@ -86,10 +87,10 @@ class FakeProvider:
             queue = self._scripts.get(model)
             return queue.popleft() if queue else self.default
 
-    def _endpoint(self, wire: ModuleType) -> Callable[[Request], Awaitable[Response]]:
+    def _endpoint(self, handler: Callable[[FakeProvider, Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         # A plain function, not a partial: Starlette treats anything else as an ASGI app.
         async def endpoint(request: Request) -> Response:
-            return await wire.handle(self, request)
+            return await handler(self, request)
 
         return endpoint
 

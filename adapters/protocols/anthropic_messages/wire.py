@@ -49,12 +49,18 @@ _ERROR_TYPES = {
 
 
 def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
+    return parse_messages(raw, headers, query, limits, counting=False)
+
+
+def parse_messages(raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits, counting: bool) -> ParsedRequest:
+    """A Messages body, validated; ``counting``: a count_tokens body, which names no
+    output limit and is never streamed (its other fields are checked the same way)."""
     body = parse_json_object(raw)
     model = require_string(body, "model")
     max_tokens = optional_positive_int(body, "max_tokens")
-    stream = optional_bool(body, "stream")
+    stream = optional_bool(body, "stream") and not counting
     needs = validator.validate(body, limits)
-    if max_tokens is None:
+    if max_tokens is None and not counting:
         raise invalid("max_tokens: field required")
     tools = optional_list(body, "tools")
     thinking = body.get("thinking")
