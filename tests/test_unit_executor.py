@@ -20,10 +20,12 @@ from portcullis.adapters import executor as executor_module
 from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
 from portcullis.adapters.auth import Principal
 from portcullis.adapters.dispatch import Dispatcher
-from portcullis.adapters.executor import Executor
+from portcullis.adapters.executor import TOKEN_COUNT_HEADER, Executor
+from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Admission, Exchange, Step
 from portcullis.adapters.policy_input import decide
 from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
+from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat
 from portcullis.adapters.protocols.sse import SSEEvent, encode
 from portcullis.adapters.providers.keys import ProviderKey
 from portcullis.adapters.providers.mock import MockResponse
@@ -58,9 +60,11 @@ class ScriptedProvider:
         self.name = name
         self.script = list(script)
         self.sent: list[tuple[dict[str, str], bytes]] = []
+        self.paths: list[str] = []
 
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> MockResponse:
         self.sent.append((headers, body))
+        self.paths.append(path)
         status, parts = self.script.pop(0) if self.script else (200, [answer()])
         return MockResponse(status, "application/json", parts)
 
@@ -85,9 +89,18 @@ class RecordingPool:
 class RecordingStep(Step[str]):
     """Admits with its name as state (or ``None``), editing the body or refusing as told."""
 
-    def __init__(self, name: str, log: list[str], admission: dict[str, Any] | None = None, refuse: Exception | None = None, skip: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        log: list[str],
+        admission: dict[str, Any] | None = None,
+        refuse: Exception | None = None,
+        skip: bool = False,
+        operations: frozenset[Operation] = frozenset({Operation.INFERENCE}),
+    ) -> None:
         self.name, self.log = name, log
         self.admission, self.refuse, self.skip = admission or {}, refuse, skip
+        self.operations = operations  # type: ignore[misc]  # a test's own choice per instance
 
     async def admit(self, exchange: Exchange) -> Admission[str] | None:
         self.log.append(f"admit {self.name}")
@@ -150,8 +163,8 @@ class Harness:
         dispatcher = Dispatcher(self.providers, self.pools, max_attempts=3)  # type: ignore[arg-type]
         self.executor = Executor(Bundles(bundle), Authenticator(), dispatcher, self.audit, steps, 1 << 20, clock=lambda: NOW)  # type: ignore[arg-type]
 
-    def run(self, body: bytes = BODY) -> Any:
-        return asyncio.run(self.executor.handle(http_request(body), anthropic_messages))
+    def run(self, body: bytes = BODY, operation: Operation = Operation.INFERENCE) -> Any:
+        return asyncio.run(self.executor.handle(http_request(body), anthropic_messages, operation))
 
     def events(self) -> list[dict[str, Any]]:
         self.audit.close()
@@ -319,3 +332,67 @@ def test_a_stream_that_fails_before_its_first_event_fails_over(tmp_path: Path, b
     assert finished["event"] == "request_finished"
     assert [attempt["outcome"] for attempt in finished["attempts"]] == ["error_event", "ok"]
     assert finished["usage"]["input"] == 5 and finished["usage"]["output"] == 3
+
+
+# --- operations: each step runs only for the operations it names -------------------------------
+
+COUNT_BODY = b'{"model": "sonnet", "messages": [{"role": "user", "content": "hello"}]}'
+BOTH = frozenset({Operation.INFERENCE, Operation.COUNT_TOKENS})
+COUNT_ONLY = frozenset({Operation.COUNT_TOKENS})
+
+
+def test_a_count_runs_only_the_steps_that_apply_to_it_and_is_never_guarded(tmp_path: Path, bundle: Any) -> None:
+    log: list[str] = []
+    steps = [RecordingStep("filter", log, operations=BOTH), RecordingStep("billing", log), RecordingStep("limit", log, operations=COUNT_ONLY)]
+    counted = json.dumps({"input_tokens": 42}).encode()
+    harness = Harness(tmp_path, bundle, steps, ScriptedProvider("anthropic-us", (200, [counted])), ScriptedProvider("anthropic-eu"))
+    response = harness.run(COUNT_BODY, Operation.COUNT_TOKENS)
+    assert response.status_code == 200 and response.body == counted and response.headers[TOKEN_COUNT_HEADER] == "provider"
+    assert log == ["admit filter", "admit limit", "settle filter served=False", "settle limit served=False"]
+    us = harness.providers["anthropic-us"]
+    assert us.paths == ["/v1/messages/count_tokens"] and json.loads(us.sent[0][1])["model"] == "claude-sonnet-4-5-20250929"
+    headers, _ = us.sent[0]
+    assert "x-step-filter" in headers and "x-step-billing" not in headers
+    events = harness.events()
+    assert [event["event"] for event in events] == ["request_started", "tokens_counted"]
+    assert events[-1]["operation"] == "count_tokens" and events[-1]["input_tokens"] == 42 and "cost_micro_usd" not in events[-1]
+
+
+def test_inference_never_runs_a_count_only_step(tmp_path: Path, bundle: Any) -> None:
+    log: list[str] = []
+    steps = [RecordingStep("limit", log, operations=COUNT_ONLY), RecordingStep("billing", log)]
+    harness = Harness(tmp_path, bundle, steps, ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
+    assert harness.run().status_code == 200
+    assert log == ["admit billing", "guards billing", "guard billing", "settle billing served=True"]
+    assert harness.providers["anthropic-us"].paths == ["/v1/messages"]
+    assert "operation" not in harness.events()[0]  # inference records are as they always were
+
+
+def test_a_count_no_target_can_make_is_estimated_and_labelled(tmp_path: Path, bundle: Any) -> None:
+    harness = Harness(tmp_path, bundle, [], ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
+    harness.providers["openai-main"].protocol = "openai_chat"
+    response = harness.run(COUNT_BODY.replace(b'"sonnet"', b'"mini"'), Operation.COUNT_TOKENS)
+    assert response.status_code == 200 and response.headers[TOKEN_COUNT_HEADER] == "estimate"
+    assert json.loads(response.body)["input_tokens"] > 0
+    assert all(provider.sent == [] for provider in harness.providers.values())
+    assert harness.events()[-1]["count_method"] == "tiktoken:cl100k_base"
+
+
+def test_each_operation_has_its_parser() -> None:
+    assert anthropic_messages.parser(Operation.COUNT_TOKENS)(COUNT_BODY, {}, "", executor_module.DEFAULT_LIMITS).max_tokens is None
+    with pytest.raises(GatewayError) as refused:  # inference still requires it
+        anthropic_messages.parser(Operation.INFERENCE)(COUNT_BODY, {}, "", executor_module.DEFAULT_LIMITS)
+    assert "max_tokens" in refused.value.message
+    with pytest.raises(LookupError):  # a protocol without a count endpoint has no count operation
+        openai_chat.parser(Operation.COUNT_TOKENS)
+
+
+def test_a_count_refused_by_a_step_is_denied_with_its_operation(tmp_path: Path, bundle: Any) -> None:
+    refusal = GatewayError(ErrorKind.RATE_LIMITED, "too many", code="count_tokens_rate_limited", retry_after=3)
+    steps = [RecordingStep("limit", [], refuse=refusal, operations=COUNT_ONLY)]
+    harness = Harness(tmp_path, bundle, steps, ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
+    response = harness.run(COUNT_BODY, Operation.COUNT_TOKENS)
+    assert response.status_code == 429 and response.headers["retry-after"] == "3"
+    assert json.loads(response.body)["error"]["type"] == "rate_limit_error"
+    [denied] = harness.events()
+    assert denied["event"] == "request_denied" and denied["operation"] == "count_tokens" and denied["stage"] == "admit"
