@@ -224,3 +224,11 @@ def test_interleaved_tool_calls_cannot_be_expressed() -> None:
     upstream = [encode({"id": "c", "choices": [{"delta": {"tool_calls": [delta]}}]}) for delta in deltas]
     with pytest.raises(GatewayError, match="interleaved"):
         translated_stream(converter, upstream)
+
+
+def test_refusals_stream_and_answer_as_refusal_parts() -> None:
+    upstream = [encode({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"refusal": "I can't"}, "finish_reason": "stop"}]}), b"data: [DONE]\n\n"]
+    events, final = sdk_stream(translated_stream(translator.StreamConverter(True, 5), upstream))
+    assert of_type(events, "response.refusal.done", "refusal") == ["I can't"] and final.output[0].content[0].refusal == "I can't"
+    completion = {"id": "c", "model": "m", "choices": [{"message": {"content": None, "refusal": "No."}, "finish_reason": "stop"}]}
+    assert sdk_response(translator.convert_response(completion, created=1)).output[0].content[0].type == "refusal"
