@@ -111,7 +111,7 @@ def _item(item: Any, where: str, calls: set[str], target: str) -> list[Turn]:
         if kind == "function_call":
             name = check_function_name(item.get("name"), where)
             try:
-                arguments = json.loads(_string(item, "arguments", where))
+                arguments = json.loads(_string(item, "arguments", where) or "{}")
             except ValueError:
                 raise invalid(f"{where}.arguments: not valid JSON") from None
             if not isinstance(arguments, dict):
