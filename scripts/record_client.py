@@ -122,7 +122,7 @@ def response_object(request: dict[str, Any], response_id: str, status: str, outp
 def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input_tokens + output_tokens,
