@@ -18,6 +18,7 @@ when it is JSON) and answers:
   or `codex` (`{"models": [...]}`, the shape Codex's own catalog uses).
 - A WebSocket upgrade on `/v1/responses` with `--upgrade` (an HTTP status: the server
   does not speak WebSocket, as a gateway without it would not).
+- `POST /v1/responses` with an OpenAI-shaped error instead when `--fail STATUS` is given.
 - `POST /v1/responses/compact` with 404 or, with `--compact serve`, a summary item.
 - Anything else with 404 in OpenAI's error shape.
 
@@ -269,6 +270,9 @@ def build_app(args: argparse.Namespace, recorder: Recorder) -> Starlette:
         if request.method != "POST":
             await recorder.record(request, 405)
             return openai_error(405, "use POST", "method_not_allowed")
+        if args.fail:
+            await recorder.record(request, args.fail)
+            return openai_error(args.fail, f"refused with {args.fail} by the recording server", "recorder_refusal")
         body = await recorder.record(request, "stream")
         if not isinstance(body, dict):
             return openai_error(400, "expected a JSON object", "invalid_request")
@@ -320,6 +324,7 @@ def main() -> int:
     parser.add_argument("--model", default="gpt-5.5", help="the model id /v1/models lists")
     parser.add_argument("--upgrade", type=int, default=426, help="the status a WebSocket upgrade gets")
     parser.add_argument("--compact", choices=("404", "serve"), default="404")
+    parser.add_argument("--fail", type=int, default=0, help="answer every POST /v1/responses with this status, in OpenAI's error shape")
     parser.add_argument("--input-tokens", type=int, default=100, help="input_tokens each answer reports (large values provoke compaction)")
     args = parser.parse_args()
     with socket.socket() as sock:
