@@ -55,6 +55,7 @@ class ProviderConfig:
     read_timeout: float = 300.0
     max_connections: int = 256
     gateway_hop: bool = False  # another Portcullis: tell it which policy prompt was inserted here
+    wire: str = "chat"  # type openai: chat (Chat Completions) | responses (the Responses API)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             read_timeout=entry.get("timeouts", {}).get("read_seconds", 300.0),
             max_connections=entry.get("max_connections", 256),
             gateway_hop=entry.get("gateway_hop", False),
+            wire=entry.get("wire", "chat"),
         )
         for entry in document["providers"]
     }
