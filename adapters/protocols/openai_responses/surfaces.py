@@ -224,23 +224,25 @@ def stream_ends(event: Mapping[str, Any]) -> list[Any]:
 
 # --- the gateway's own text ---------------------------------------------------------------------
 
-PARAGRAPH = "\n\n"
+# Two blank lines end the policy prompt: its own paragraphs are separated by one, so the
+# whole prompt is found again (a gateway hop) even when it has several.
+PROMPT_END = "\n\n\n"
 
 
 def insert_system_prompt(body: dict[str, Any], text: str) -> None:
-    """The policy prompt as the first paragraph of ``instructions``, where the model
-    reads the system's text first, the client's instructions following it unchanged
-    (their bytes, and so a provider's prompt cache over the rest, stay stable)."""
+    """The policy prompt leading ``instructions``, where the model reads the system's
+    text first; the client's instructions follow it unchanged, so their bytes (and a
+    provider's prompt cache over them) stay stable. Not a developer item in ``input``:
+    the model would read that after the client's instructions."""
     instructions = body.get("instructions")
-    body["instructions"] = f"{text}{PARAGRAPH}{instructions}" if isinstance(instructions, str) and instructions else text
+    body["instructions"] = f"{text}{PROMPT_END}{instructions}" if isinstance(instructions, str) and instructions else text
 
 
 def leading_instructions(body: Mapping[str, Any]) -> str | None:
-    """The first paragraph of ``instructions``: where a policy prompt would be. (A
-    prompt of several paragraphs is not recognised and is inserted again: safe, at the
-    cost of its tokens.)"""
+    """What ``instructions`` holds before its first two blank lines: where a policy
+    prompt would be."""
     instructions = body.get("instructions")
-    return instructions.partition(PARAGRAPH)[0] if isinstance(instructions, str) else None
+    return instructions.partition(PROMPT_END)[0] if isinstance(instructions, str) else None
 
 
 def declared_tools(body: Mapping[str, Any]) -> list[str]:
