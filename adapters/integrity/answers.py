@@ -106,14 +106,16 @@ class OutputGuard(HeldTextGuard):
         return changed
 
     async def _look_into(self, waiting: Any) -> None:
-        if waiting.event.event == "content_block_start":
-            opened = self.upstream.surfaces.provider_run_block(waiting.event.json())
-            if opened is not None:
-                self._provider_run.add(opened)
         await super()._look_into(waiting)
+        # After the event's own pieces: an event that opens a call carries none of its arguments yet.
+        opened = self.upstream.surfaces.provider_run_block(waiting.document) if isinstance(waiting.document, dict) else None
+        if opened is not None:
+            self._provider_run.add(opened)
 
     def _judged_elsewhere(self, piece: StreamText) -> bool:
-        return piece.arguments and piece.channel not in self._provider_run
+        # A channel is the block's own key, or a tuple that starts with it (an item's parts).
+        block = piece.channel[0] if isinstance(piece.channel, tuple) else piece.channel
+        return piece.arguments and piece.channel not in self._provider_run and block not in self._provider_run
 
     def _cut(self, text: str, piece: StreamText) -> int:
         if self._judged_elsewhere(piece):
