@@ -21,7 +21,7 @@ from tests.conftest import UPSTREAM_KEY, Fakes, GatewayProcess, gateway_config, 
 from tests.fakes import CutStream, Fail, Reply, ToolCall
 from tests.fakes.openai_responses import ENCRYPTED
 from tests.integrity_helpers import AGENT_SAFETY, EVIL_COMMAND, INSERTED_START
-from tests.pii_helpers import EMAIL, REGULATED, assert_nothing_leaked
+from tests.pii_helpers import EMAIL, OTHER_EMAIL, REGULATED, assert_nothing_leaked
 
 pytestmark = pytest.mark.served
 
@@ -314,3 +314,45 @@ def test_a_denied_tool_call_is_replaced_by_a_message(guarded: GatewayProcess, fa
     assert [event.sequence_number for event in events] == list(range(len(events)))
     assert not any(event.type.startswith("response.function_call_arguments") for event in events)
     assert [item.type for item in final.output] == ["message", "message"] and EVIL_COMMAND not in final.output[1].content[0].text
+
+
+def test_every_field_the_provider_reads_is_covered(guarded: GatewayProcess, fakes: Fakes) -> None:
+    schema = {"type": "object", "properties": {"to": {"type": "string", "description": f"e.g. {OTHER_EMAIL}"}}}
+    tools = [
+        {"type": "function", "name": "send_email", "description": f"Sends as {OTHER_EMAIL}", "parameters": schema},
+        {"type": "custom", "name": "apply_patch", "description": f"Patches for {EMAIL}", "format": GRAMMAR},
+        {"type": "namespace", "name": "mcp", "description": f"owner {EMAIL}", "tools": [{"type": "function", "name": "fetch", "description": "Fetches."}]},
+    ]
+    turn = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": f"Support: {OTHER_EMAIL}"}]},
+        {"role": "user", "content": f"Mail {EMAIL}"},
+        {"type": "function_call", "call_id": "c1", "name": "send_email", "arguments": json.dumps({"to": EMAIL, "n": 2})},
+        {"type": "function_call_output", "call_id": "c1", "output": f"sent to {EMAIL}"},
+        {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": f"add {EMAIL}"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": f"patched {EMAIL}"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Done for {EMAIL}"}]},
+    ]
+    _client(guarded).responses.create(
+        model=CODEX,
+        instructions=f"Escalate to {OTHER_EMAIL}",
+        input=turn,
+        tools=tools,
+        metadata={"owner": EMAIL},
+        text={"format": {"type": "json_schema", "name": "r", "description": f"for {EMAIL}", "schema": {"type": "object"}}},
+    )
+    [sent] = _sent(fakes)
+    assert_nothing_leaked(sent)
+    # The tools are read first, so the address in their descriptions is the first one numbered.
+    assert sent["instructions"].endswith("Escalate to <EMAIL_1>") and sent["tools"][0]["description"] == "Sends as <EMAIL_1>"
+    assert json.loads(sent["input"][2]["arguments"]) == {"to": "<EMAIL_2>", "n": 2} and sent["input"][4]["input"] == "add <EMAIL_2>"
+    assert sent["metadata"] == {"owner": "<EMAIL_2>"} and sent["text"]["format"]["description"] == "for <EMAIL_2>"
+
+
+def test_personal_data_where_no_filter_can_change_it_is_refused(guarded: GatewayProcess, fakes: Fakes) -> None:
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": f"mail {EMAIL}"}], "encrypted_content": ENCRYPTED}
+    for case in ({"extra_body": {"some_future_field": f"owner {EMAIL}"}}, {"input": [{"role": "user", "content": "hi"}, reasoning]}):
+        ask = {"model": CODEX, "input": "hi", **case}
+        with pytest.raises(openai.BadRequestError) as refused:
+            _client(guarded).responses.create(**ask)
+        assert "cannot inspect or transform" in refused.value.body["message"]
+    assert fakes.openai_main.received == []
