@@ -201,6 +201,9 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         candidate = Path(value).expanduser()
         return candidate if candidate.is_absolute() else base / candidate
 
+    misplaced = [entry["name"] for entry in document["providers"] if "wire" in entry and entry["type"] != "openai"]
+    if misplaced:
+        raise ConfigError(f"{source}: providers: {misplaced[0]!r}: wire applies only to type openai")
     names = [entry["name"] for entry in document["providers"]]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
