@@ -213,7 +213,9 @@ def test_odd_provider_events_do_not_break_the_guards() -> None:
 @pytest.mark.parametrize("pieces", [1, 7, 40])
 def test_responses_a_secret_is_redacted_in_the_deltas_and_in_every_whole_copy(pieces: int) -> None:
     text = "the key is AKIAZ7QW3ERTY5UIOP12 keep it"
-    out = run(OutputGuard(openai_responses, POLICY, {}), responses_stream(Reply(text=text, pieces=pieces)))
+    audit: dict[str, Any] = {}
+    out = run(OutputGuard(openai_responses, POLICY, audit), responses_stream(Reply(text=text, pieces=pieces)))
+    assert audit["integrity"]["output"] == {"secrets": 1}  # found in every copy, counted once
     documents = [e.json() for e in out]
     assert "AKIAZ7QW3ERTY5UIOP12" not in json.dumps(documents)
     streamed = "".join(d["delta"] for d in documents if d["type"] == "response.output_text.delta")

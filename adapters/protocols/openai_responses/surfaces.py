@@ -33,6 +33,7 @@ from portcullis.engine.pii.policy import SIGNED
 _ROLE_SURFACES = {"system": "system", "developer": "system", "assistant": "assistant"}
 _UNINSPECTABLE_PARTS = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
 _TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
+_BINARY = ("image_url", "file_data", "input_audio")
 _CALL_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 # Output items of tools the provider runs itself: their calls happen before the gateway sees them.
 PROVIDER_RUN_ITEMS = frozenset({"web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call", "mcp_list_tools"})
@@ -57,9 +58,9 @@ def visit_prompt(body: dict[str, Any], visit: TextVisitor) -> list[str]:
                 kind = part.get("type") if isinstance(part, dict) else None
                 if kind in _TEXT_PARTS:
                     visit_members(part, {_TEXT_PARTS[kind]: text(surface)}, visit)
-                else:
+                else:  # an image's or a file's data is not read; what names it is
                     opaque.append(_UNINSPECTABLE_PARTS.get(kind) or content_kind(kind))
-                    read_strings({k: v for k, v in part.items() if k not in ("image_url", "file_data")}, visit) if isinstance(part, dict) else None
+                    read_strings({k: v for k, v in part.items() if k not in _BINARY} if isinstance(part, dict) else part, visit)
             return value
 
         return handle
@@ -148,19 +149,19 @@ def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
     if kind in _FINAL:
         response = event.get("response")
         output = response.get("output") if isinstance(response, dict) else None
-        return [piece for i, item in enumerate(output or ()) if isinstance(item, dict) for piece in _item_texts(item, ("response", i))]
+        return [piece for i, item in enumerate(output or ()) if isinstance(item, dict) for piece in _item_texts(item, ("response", i), True)]
     if kind in ("response.output_item.added", "response.output_item.done"):
         item = event.get("item")
-        return _item_texts(item, (at, kind)) if isinstance(item, dict) else []
+        return _item_texts(item, (at, kind), kind.endswith(".done")) if isinstance(item, dict) else []
     if kind in ("response.content_part.added", "response.content_part.done"):
         part = event.get("part")
-        return _part_texts(part, (at, kind, event.get("content_index"))) if isinstance(part, dict) else []
+        return _part_texts(part, (at, kind, event.get("content_index")), kind.endswith(".done")) if isinstance(part, dict) else []
     pieces = _DELTAS.get(kind)
     if pieces is None:
         return []
     key, flags, done = pieces
     channel = (at, kind.rsplit(".", 2)[1], event.get("content_index", event.get("summary_index")), *(("done",) if done else ()))
-    return [StreamText(channel, event, key, **flags)] if isinstance(event.get(key), str) else []  # type: ignore[arg-type]
+    return [StreamText(channel, event, key, repeat=done, **flags)] if isinstance(event.get(key), str) else []  # type: ignore[arg-type]
 
 
 _ARGUMENTS = {"json": True, "arguments": True}
@@ -182,27 +183,28 @@ _DELTAS: dict[str, tuple[str, dict[str, bool], bool]] = {
 }
 
 
-def _item_texts(item: dict[str, Any], channel: tuple[Any, ...]) -> list[StreamText]:
+def _item_texts(item: dict[str, Any], channel: tuple[Any, ...], repeat: bool) -> list[StreamText]:
     kind = item.get("type")
     if kind == "message":
         parts = item.get("content") or ()
-        return [piece for k, part in enumerate(parts) if isinstance(part, dict) for piece in _part_texts(part, (*channel, k))]
+        return [piece for k, part in enumerate(parts) if isinstance(part, dict) for piece in _part_texts(part, (*channel, k), repeat)]
     if kind in ("function_call", "mcp_call") and isinstance(item.get("arguments"), str):
-        return [StreamText((*channel, "arguments"), item, "arguments", json=True, arguments=True)]
+        return [StreamText((*channel, "arguments"), item, "arguments", json=True, arguments=True, repeat=repeat)]
     if kind == "custom_tool_call" and isinstance(item.get("input"), str):
-        return [StreamText((*channel, "input"), item, "input", arguments=True)]
+        return [StreamText((*channel, "input"), item, "input", arguments=True, repeat=repeat)]
     if kind == "reasoning":
         parts = [part for part in (item.get("summary") or []) + (item.get("content") or []) if isinstance(part, dict)]
-        return [StreamText((*channel, "reasoning", k), part, "text", signed=True) for k, part in enumerate(parts) if isinstance(part.get("text"), str)]
+        texts = [(k, part) for k, part in enumerate(parts) if isinstance(part.get("text"), str)]
+        return [StreamText((*channel, "reasoning", k), part, "text", signed=True, repeat=repeat) for k, part in texts]
     return []
 
 
-def _part_texts(part: dict[str, Any], channel: tuple[Any, ...]) -> list[StreamText]:
+def _part_texts(part: dict[str, Any], channel: tuple[Any, ...], repeat: bool) -> list[StreamText]:
     field = _TEXT_PARTS.get(part.get("type"))
     if field and isinstance(part.get(field), str):
-        return [StreamText(channel, part, field)]
+        return [StreamText(channel, part, field, repeat=repeat)]
     if part.get("type") in ("summary_text", "reasoning_text") and isinstance(part.get("text"), str):
-        return [StreamText(channel, part, "text", signed=True)]
+        return [StreamText(channel, part, "text", signed=True, repeat=repeat)]
     return []
 
 
