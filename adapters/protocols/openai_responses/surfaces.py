@@ -161,7 +161,7 @@ def stream_texts(event: Mapping[str, Any]) -> list[StreamText]:
         return []
     key, flags, done = pieces
     channel = (at, kind.rsplit(".", 2)[1], event.get("content_index", event.get("summary_index")), *(("done",) if done else ()))
-    return [StreamText(channel, event, key, repeat=done, **flags)] if isinstance(event.get(key), str) else []  # type: ignore[arg-type]
+    return [StreamText(channel, event, key, repeat=done, **flags)] if isinstance(event.get(key), str) else []
 
 
 _ARGUMENTS = {"json": True, "arguments": True}
