@@ -57,82 +57,104 @@ def deny_tool_calls(document: dict[str, Any], denials: Mapping[int, str]) -> Non
 
 
 class ToolCallStream:
-    """Holds a call item's events from its ``response.output_item.added`` until its
-    ``response.output_item.done``, then releases them, or the events of a message item
-    carrying the denial in its place. Output indexes stay; sequence numbers after a
-    replacement are shifted so they still count up by one. The final response's output
-    gets the same replacement."""
+    """From a call item's ``response.output_item.added`` until every open call's
+    ``response.output_item.done`` each event is held (in order; calls may interleave);
+    then each call is judged whole. Allowed calls go out as they came; a denied call's
+    events are replaced, where it was opened, by those of a message item carrying the
+    denial. Output indexes stay; sequence numbers are written again so they still count
+    up by one. The final response's output gets the same replacement. A call that grows
+    past ``MAX_HELD_TOOL_CALL_BYTES`` is denied there and the rest of it dropped."""
 
     def __init__(self, judge: Callable[[ToolCall], str | None]) -> None:
         self._judge = judge
         self._held: list[SSEEvent] = []
-        self._index: Any = None
-        self._item: dict[str, Any] = {}
-        self._parts: list[str] = []
+        self._open: dict[Any, dict[str, Any]] = {}  # output index -> the call as streamed so far
+        self._closed: dict[Any, dict[str, Any]] = {}  # calls whole, waiting for the others
         self._size = 0
         self._shift = 0  # added to every later sequence number
-        self._dropping: Any = None  # an item denied before its end: its remaining events go
+        self._dropping: set[Any] = set()  # items denied before their end: their remaining events go
         self._replaced: dict[Any, dict[str, Any]] = {}  # output index -> the message in its place
 
     def feed(self, event: SSEEvent) -> list[SSEEvent]:
-        if self._held:
-            return self._holding(event)
-        if not self._shift and not self._replaced and self._dropping is None and '"response.output_item.added"' not in event.data:
+        quiet = not self._held and not self._shift and not self._replaced and not self._dropping
+        if quiet and '"response.output_item.added"' not in event.data:
             return [event]  # nothing to hold and nothing to renumber: the provider's bytes
         document = _json(event)
         if document is None:
-            return [event]
-        if self._dropping is not None and document.get("output_index") == self._dropping:
-            if document.get("type") == "response.output_item.done":
-                self._dropping = None
+            return self._hold(event) if self._held else [event]
+        index, kind, item = document.get("output_index"), document.get("type"), document.get("item")
+        if index in self._dropping and kind != "response.output_item.added":
+            if kind == "response.output_item.done":
+                self._dropping.discard(index)
             self._shift -= 1
             return []
-        item = document.get("item")
-        if document.get("type") == "response.output_item.added" and isinstance(item, dict) and item.get("type") in CALL_ITEMS:
-            self._held, self._index, self._item, self._parts, self._size = [event], document.get("output_index"), item, [], len(event.data)
-            return []
-        return [self._renumbered(event, document)]
+        if kind == "response.output_item.added" and isinstance(item, dict) and item.get("type") in CALL_ITEMS:
+            self._open[index] = {"item": item, "parts": []}
+            return self._hold(event)
+        if not self._held:
+            return [self._renumbered(event, document)]
+        if kind in _FINAL or kind == "error":  # the stream ends before the calls do
+            return self._release(_INCOMPLETE) + self.feed(event)
+        call = self._open.get(index)
+        if call is not None and kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
+            call["parts"].append(document["delta"] if isinstance(document.get("delta"), str) else "")
+        held = self._hold(event)
+        if call is not None and kind == "response.output_item.done":
+            if isinstance(item, dict):
+                call["item"] = item
+            self._closed[index] = self._open.pop(index)
+        if self._size > MAX_HELD_TOOL_CALL_BYTES:
+            return self._release(TOO_LARGE_TO_INSPECT)
+        return self._release(None) if not self._open else held
 
     def finish(self) -> list[SSEEvent]:
         """A stream that ended inside a call: the call never completed, so it is denied."""
-        return self._decide(_INCOMPLETE) if self._held else []
+        return self._release(_INCOMPLETE) if self._held else []
 
-    def _holding(self, event: SSEEvent) -> list[SSEEvent]:
+    def _hold(self, event: SSEEvent) -> list[SSEEvent]:
         self._held.append(event)
         self._size += len(event.data)
-        document = _json(event) or {}
-        kind = document.get("type")
-        if kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta") and isinstance(document.get("delta"), str):
-            self._parts.append(document["delta"])
-        if kind in _FINAL or kind == "error":  # the stream ends before the call does
-            held = self._held.pop()
-            return self._decide(_INCOMPLETE) + self.feed(held)
-        if kind == "response.output_item.done" and document.get("output_index") == self._index:
-            if isinstance(document.get("item"), dict):
-                self._item = document["item"]
-            return self._decide(None)
-        if self._size > MAX_HELD_TOOL_CALL_BYTES:
-            return self._decide(TOO_LARGE_TO_INSPECT)
         return []
 
-    def _decide(self, refused: str | None) -> list[SSEEvent]:
-        held, self._held = self._held, []
-        item = dict(self._item)
-        if refused is not None or not isinstance(item.get("arguments" if item.get("type") == "function_call" else "input"), str) or not _whole(item):
-            item["arguments" if item.get("type") == "function_call" else "input"] = "".join(self._parts)
-        call = call_of(item)
-        reason = refused or self._judge(call)
-        if reason is None:
+    def _release(self, open_reason: str | None) -> list[SSEEvent]:
+        """Judges the whole calls, denies the open ones with ``open_reason``, and lets the
+        held events go."""
+        held, opened, closed = self._held, self._open, self._closed
+        self._held, self._open, self._closed, self._size = [], {}, {}, 0
+        denied: dict[Any, dict[str, Any]] = {}
+        for index, state in [*closed.items(), *opened.items()]:
+            item = dict(state["item"])
+            field = "arguments" if item.get("type") == "function_call" else "input"
+            if index in opened or not isinstance(item.get(field), str) or not _whole(item):
+                item[field] = "".join(state["parts"])
+            call = call_of(item)
+            reason = open_reason if index in opened else self._judge(call)
+            if reason is not None:
+                denied[index] = denial_item(item, denial_text(call, reason))
+        if open_reason == TOO_LARGE_TO_INSPECT:
+            self._dropping |= set(opened)
+        if not denied:
             return [self._renumbered(e, _json(e)) for e in held] if self._shift else held
-        if refused == TOO_LARGE_TO_INSPECT:  # decided before the item ended: the rest of it is dropped as it comes
-            self._dropping = self._index
-        first = _json(held[0]) or {}
-        number = first.get("sequence_number") if isinstance(first.get("sequence_number"), int) else 0
-        message = denial_item(item, denial_text(call, reason))
-        self._replaced[self._index] = message
-        events = _message_events(message, self._index, number + self._shift)
-        self._shift += len(events) - len(held)
-        return events
+        self._replaced.update(denied)
+        kept: list[tuple[SSEEvent, dict[str, Any] | None]] = []  # the document when it is to be written again
+        for event in held:
+            document = _json(event)
+            index = document.get("output_index") if document is not None else None
+            if document is None or index not in denied:
+                kept.append((event, document))
+            elif document.get("type") == "response.output_item.added":
+                kept += [(e, e.json()) for e in _message_events(denied[index], index, 0)]
+        first, last = _json(held[0]) or {}, _json(held[-1]) or {}
+        if not isinstance(first.get("sequence_number"), int) or not isinstance(last.get("sequence_number"), int):
+            return [event if document is None else event_of(document, event.event) for event, document in kept]
+        base = first["sequence_number"] + self._shift
+        out = []
+        for event, document in kept:
+            if document is not None and isinstance(document.get("sequence_number"), int):
+                document["sequence_number"] = base + len(out)
+            out.append(event if document is None else event_of(document, event.event))
+        self._shift = base + len(out) - (last["sequence_number"] + 1)
+        return out
 
     def _renumbered(self, event: SSEEvent, document: dict[str, Any] | None) -> SSEEvent:
         if document is None:
