@@ -90,6 +90,7 @@ def test_a_codex_request_parses_with_what_the_policy_needs() -> None:
         ({"model": "m", "input": "hi", "tool_choice": 3}, "tool_choice"),
         ({"model": "m", "input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
         ({"model": "m", "input": "hi", "previous_response_id": "resp_1"}, "previous_response_id: not supported"),
+        ({"model": "m", "input": "hi", "conversation": "conv_1"}, "conversation: not supported"),
     ],
 )
 def test_bad_requests_are_refused_naming_the_field(body: dict[str, Any], says: str) -> None:

@@ -1,8 +1,9 @@
 """OpenAI Responses (``POST /v1/responses``) on the wire, as ingress and as egress.
 
-The gateway keeps no response store, so ``previous_response_id`` (a conversation the
-provider would rebuild from its own storage) is refused: clients send the whole
-``input`` every turn, as Codex does over HTTP with ``store: false``."""
+The gateway keeps no response store, so ``previous_response_id`` and ``conversation``
+(turns the provider would add from its own storage, which no filter or meter saw) are
+refused: clients send the whole ``input`` every turn, as Codex does over HTTP with
+``store: false``."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ _ERROR_TYPES = {
 def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
     body = parse_json_object(raw)
     model = require_string(body, "model")
-    if body.get("previous_response_id") is not None:
-        raise invalid("previous_response_id: not supported by this gateway, which keeps no responses; send the whole conversation in input")
+    for stored in ("previous_response_id", "conversation"):  # the provider would add turns the gateway never saw
+        if body.get(stored) is not None:
+            raise invalid(f"{stored}: not supported by this gateway, which keeps no responses; send the whole conversation in input")
     if "input" not in body:
         raise invalid("input: field required")
     stream = optional_bool(body, "stream")
