@@ -40,7 +40,7 @@ from portcullis.adapters.pii.detectors import Detector
 from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
 from portcullis.adapters.pii.vault import MemoryVault, RedisVault, Vault, vault_key
 from portcullis.adapters.pipeline import Clock, utc_now
-from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import Store, open_store
@@ -152,6 +152,9 @@ def create_app(runtime: Runtime) -> Starlette:
     async def chat_completions(request: Request) -> Any:
         return await gateway.handle(request, openai_chat.PROTOCOL)
 
+    async def responses(request: Request) -> Any:
+        return await gateway.handle(request, openai_responses.PROTOCOL)
+
     async def models(request: Request) -> Response:
         # One document both SDKs accept: OpenAI's list shape plus Anthropic's fields.
         protocol = anthropic_messages.PROTOCOL if "anthropic-version" in request.headers else openai_chat.PROTOCOL
@@ -211,6 +214,10 @@ def create_app(runtime: Runtime) -> Starlette:
         Route("/v1/messages/count_tokens/", count_tokens, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/chat/completions/", chat_completions, methods=["POST"]),
+        # Codex may try a WebSocket on /v1/responses first: the HTTP edge answers the
+        # upgrade 426, and it falls back to these at once.
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/responses/", responses, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

@@ -55,6 +55,7 @@ class ProviderConfig:
     read_timeout: float = 300.0
     max_connections: int = 256
     gateway_hop: bool = False  # another Portcullis: tell it which policy prompt was inserted here
+    wire: str = "chat"  # type openai: chat (Chat Completions) | responses (the Responses API)
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,9 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         candidate = Path(value).expanduser()
         return candidate if candidate.is_absolute() else base / candidate
 
+    misplaced = [entry["name"] for entry in document["providers"] if "wire" in entry and entry["type"] != "openai"]
+    if misplaced:
+        raise ConfigError(f"{source}: providers: {misplaced[0]!r}: wire applies only to type openai")
     names = [entry["name"] for entry in document["providers"]]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -225,6 +229,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             read_timeout=entry.get("timeouts", {}).get("read_seconds", 300.0),
             max_connections=entry.get("max_connections", 256),
             gateway_hop=entry.get("gateway_hop", False),
+            wire=entry.get("wire", "chat"),
         )
         for entry in document["providers"]
     }

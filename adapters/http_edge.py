@@ -73,10 +73,17 @@ def family_of(request: Request) -> str:
 
 
 def route_error(request: Request, status: int, allowed: str | None = None) -> Response:
-    """A 404 or 405 in the shape of the path's protocol, logged with its request id."""
+    """A 404 or 405 in the shape of the path's protocol, logged with its request id. A
+    WebSocket upgrade gets 426 wherever it asks: clients that try WebSocket first (Codex on
+    /v1/responses) fall back to HTTPS at once on 426, but retry a 404 or 405 for seconds."""
     request_id = request_id_for(request.scope)
     family = family_of(request)
     path = excerpt(request.url.path)
+    if request.headers.get("upgrade", "").lower() == "websocket":
+        log.info("%s WebSocket upgrade refused family=%s path=%s", request_id, family, path)
+        message = f"{path} is served over HTTPS POST only: this gateway does not speak WebSocket"
+        error = GatewayError(ErrorKind.UPGRADE_REQUIRED, message, code="websocket_unsupported")
+        return protocol_error(family, error, request_id)
     kind = ErrorKind.NOT_FOUND if status == 404 else ErrorKind.METHOD_NOT_ALLOWED
     method = request.method if request.method.isalpha() and len(request.method) <= 16 else excerpt(request.method)  # the parser admits only tokens
     message = f"this gateway does not serve {method} {path}" if status == 404 else f"{path} does not accept {method}"
@@ -95,7 +102,7 @@ def protocol_error(family: str, error: GatewayError, request_id: str, headers: d
         headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(error.kind.status, "ValidationException")
         headers["x-amzn-RequestId"] = request_id
         body = json.dumps({"message": error.message}).encode()
-    elif family == "openai" and error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED):
+    elif family == "openai" and error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED, ErrorKind.UPGRADE_REQUIRED):
         # Not a model: OpenAI's own code for these is none, so Portcullis's stands.
         body = json.dumps({"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}).encode()
     elif family == "openai":

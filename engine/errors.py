@@ -16,6 +16,7 @@ class ErrorKind(Enum):
     PERMISSION = 403
     NOT_FOUND = 404
     METHOD_NOT_ALLOWED = 405
+    UPGRADE_REQUIRED = 426  # a protocol upgrade (WebSocket) this gateway does not speak
     REQUEST_TIMEOUT = 408
     REQUEST_TOO_LARGE = 413
     HEADERS_TOO_LARGE = 431

@@ -104,3 +104,11 @@ def text_stream(text: str, size: int) -> list[SSEEvent]:
 
 def streamed_text(events: list[SSEEvent]) -> str:
     return "".join(e.json()["delta"]["text"] for e in events if e.event == "content_block_delta")
+
+
+def responses_stream(reply: Any) -> list[SSEEvent]:
+    """A Responses stream as the fake provider writes one, for a ``tests.fakes.Reply``."""
+    from tests.fakes.openai_responses import events, output_items
+
+    payload = {"model": "m", "include": ["reasoning.encrypted_content"]}
+    return [event for chunk in events("resp_1", payload, output_items(reply, payload), reply) for event in SSEParser().feed(chunk)]

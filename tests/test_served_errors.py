@@ -135,7 +135,7 @@ def test_every_response_carries_a_request_id(gateway: GatewayProcess) -> None:
         httpx.get(f"{gateway.url}/healthz"),
         httpx.get(f"{gateway.url}/readyz"),
         httpx.head(f"{gateway.url}/"),
-        httpx.post(f"{gateway.url}/v1/responses", json={}),
+        httpx.post(f"{gateway.url}/v1/responses/input_tokens", json={}),
         httpx.get(f"{gateway.url}/v1/messages"),
         messages(gateway, {"model": "haiku"}),
     ]
@@ -156,11 +156,10 @@ def test_a_trailing_slash_is_served_never_redirected(gateway: GatewayProcess, fa
 
 
 def test_unknown_routes_answer_in_the_protocol_the_path_belongs_to(gateway: GatewayProcess) -> None:
-    responses_api = httpx.post(f"{gateway.url}/v1/responses", json={"model": "gpt-4o-mini", "input": "x"})
+    responses_api = httpx.post(f"{gateway.url}/v1/responses/compact", json={"model": "gpt-4o-mini", "input": "x"})
     assert responses_api.status_code == 404
-    assert responses_api.json() == {
-        "error": {"message": 'this gateway does not serve POST "/v1/responses"', "type": "invalid_request_error", "param": None, "code": "unknown_route"}
-    }
+    message = 'this gateway does not serve POST "/v1/responses/compact"'
+    assert responses_api.json() == {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "unknown_route"}}
     converse = httpx.post(f"{gateway.url}/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse", json={"messages": []})
     assert converse.status_code == 404 and converse.headers["x-amzn-ErrorType"] == "UnknownOperationException"
     assert set(converse.json()) == {"message"} and converse.headers["x-amzn-RequestId"] == converse.headers["x-portcullis-request-id"]

@@ -1,4 +1,4 @@
-"""Seeded fuzzing of both ingress protocols through a real gateway process.
+"""Seeded fuzzing of every ingress protocol through a real gateway process.
 
 Every field the gateway reads gets every wrong JSON type; valid bodies are cut short at
 random points; framing is broken (encodings, duplicates, escapes); bodies are made huge,
@@ -15,12 +15,14 @@ import copy
 import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import Fakes
+from tests.bundles import CATALOG, TENANTS, deep_copy, target, write_bundle
+from tests.conftest import Fakes, gateway_config
 
 pytestmark = pytest.mark.served
 
@@ -83,6 +85,39 @@ OPENAI_BASE: dict[str, Any] = {
     "tool_choice": "auto",
     "response_format": {"type": "text"},
     "reasoning_effort": "low",  # unknown to the gateway: passed through
+}
+
+RESPONSES_BASE: dict[str, Any] = {
+    "model": "gpt-5-codex",
+    "instructions": "Be terse.",
+    "input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox: read-only"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}, {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}], "encrypted_content": "gAAAAB=="},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "bash", "arguments": '{"command": "ls"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"},
+        {"type": "custom_tool_call", "call_id": "call_2", "name": "apply_patch", "input": "*** Begin Patch"},
+        {"type": "custom_tool_call_output", "call_id": "call_2", "output": "Done"},
+    ],
+    "max_output_tokens": 16,
+    "stream": False,
+    "temperature": 0.5,
+    "top_p": 1,
+    "user": "user-1",
+    "metadata": {"team": "eng"},
+    "tools": [
+        {"type": "function", "name": "bash", "description": "Runs a command.", "parameters": {"type": "object", "properties": {}}},
+        {"type": "custom", "name": "apply_patch", "description": "Patches.", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+        {"type": "web_search"},
+    ],
+    "tool_choice": "auto",
+    "parallel_tool_calls": False,
+    "reasoning": {"effort": "low", "summary": "auto"},
+    "text": {"format": {"type": "text"}},
+    "store": False,
+    "include": ["reasoning.encrypted_content"],
+    "prompt_cache_key": "thread-1",
+    "service_tier_hint": "x",  # unknown to the gateway: passed through
 }
 
 STR, INT, NUM, BOOL, LIST, DICT = str, "int", "number", bool, list, dict
@@ -183,6 +218,52 @@ OPENAI_FIELDS: list[tuple[tuple[Any, ...], tuple[Any, ...], bool]] = [
     (("messages", 3, "refusal"), (STR,), False),
 ]
 
+RESPONSES_FIELDS: list[tuple[tuple[Any, ...], tuple[Any, ...], bool]] = [
+    (("model",), (STR,), True),
+    (("input",), (STR, LIST), True),
+    (("instructions",), (STR,), False),
+    (("stream",), (BOOL,), False),
+    (("max_output_tokens",), (INT,), False),
+    (("temperature",), (NUM,), False),
+    (("top_p",), (NUM,), False),
+    (("user",), (STR,), False),
+    (("metadata",), (DICT,), False),
+    (("store",), (BOOL,), False),
+    (("parallel_tool_calls",), (BOOL,), False),
+    (("include",), (LIST,), False),
+    (("include", 0), (STR,), True),
+    (("prompt_cache_key",), (STR,), False),
+    (("reasoning",), (DICT,), False),
+    (("reasoning", "effort"), (STR,), False),
+    (("text",), (DICT,), False),
+    (("text", "format"), (DICT,), False),
+    (("text", "format", "type"), (STR,), False),
+    (("tools",), (LIST,), False),
+    (("tools", 0), (DICT,), True),
+    (("tools", 0, "type"), (STR,), False),
+    (("tools", 0, "name"), (STR,), False),
+    (("tools", 0, "description"), (STR,), False),
+    (("tools", 0, "parameters"), (DICT,), False),
+    (("tools", 1, "format"), (DICT,), False),
+    (("tool_choice",), (STR, DICT), False),
+    (("input", 0), (DICT,), True),
+    (("input", 0, "type"), (STR,), False),
+    (("input", 0, "role"), (STR,), True),
+    (("input", 0, "content"), (STR, LIST), False),
+    (("input", 1, "content", 0), (DICT,), True),
+    (("input", 1, "content", 0, "type"), (STR,), True),
+    (("input", 1, "content", 0, "text"), (STR,), True),
+    (("input", 1, "content", 1, "image_url"), (STR,), False),
+    (("input", 2, "summary"), (LIST,), False),
+    (("input", 2, "summary", 0), (DICT,), True),
+    (("input", 2, "encrypted_content"), (STR,), False),
+    (("input", 3, "call_id"), (STR,), False),
+    (("input", 3, "name"), (STR,), False),
+    (("input", 3, "arguments"), (STR,), False),
+    (("input", 4, "output"), (STR, LIST), False),
+    (("input", 5, "input"), (STR,), False),
+]
+
 WRONG_VALUES: list[Any] = [None, True, False, 0, -3, 2.5, "x", "", [], ["x"], [1, {"a": None}], {}, {"k": "v"}]
 
 
@@ -192,7 +273,7 @@ def accepts(kinds: tuple[Any, ...], value: Any, required: bool, path: tuple[Any,
     if isinstance(value, bool):
         return BOOL in kinds
     if isinstance(value, int):
-        positive = path[-1] not in ("max_tokens", "max_completion_tokens", "n") or value > 0
+        positive = path[-1] not in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n") or value > 0
         return (INT in kinds and positive) or NUM in kinds
     if isinstance(value, float):
         return NUM in kinds
@@ -213,7 +294,7 @@ def put(body: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, An
 @dataclass(frozen=True)
 class Case:
     name: str
-    protocol: str  # "anthropic" | "openai"
+    protocol: str  # "anthropic" | "openai" | "responses"
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
 
@@ -244,9 +325,12 @@ def framing_cases(protocol: str, base: dict[str, Any], rng: random.Random) -> li
     tool = {"name": "deep", "description": "d", "input_schema": deep_schema}
     if protocol == "openai":
         tool = {"type": "function", "function": {"name": "deep", "parameters": deep_schema}}
+    elif protocol == "responses":
+        tool = {"type": "function", "name": "deep", "parameters": deep_schema}
+    conversation = "input" if protocol == "responses" else "messages"
     many_tools = [copy.deepcopy(base["tools"][0]) for _ in range(LIMITS["max_tools"] + 1)]
     many_messages = [{"role": "user", "content": "x"}] * (LIMITS["max_messages"] + 1)
-    many_blocks = [{"type": "text", "text": "x"}] * (LIMITS["max_content_blocks"] + 1)
+    many_blocks = [{"type": "input_text" if protocol == "responses" else "text", "text": "x"}] * (LIMITS["max_content_blocks"] + 1)
     bodies = {
         "empty": b"",
         "whitespace": b" \n\t ",
@@ -274,14 +358,20 @@ def framing_cases(protocol: str, base: dict[str, Any], rng: random.Random) -> li
         "deep-in-message": json.dumps(put(base, ("metadata",), json.loads("[" * 40 + "]" * 40))).encode(),
         "huge-declared": raw[:-1] + b', "pad": "' + b"x" * (LIMITS["max_request_bytes"] + 10) + b'"}',
         "too-many-tools": json.dumps(put(base, ("tools",), many_tools)).encode(),
-        "too-many-messages": json.dumps(put(base, ("messages",), many_messages)).encode(),
-        "too-many-blocks": json.dumps(put(base, ("messages",), [{"role": "user", "content": many_blocks}])).encode(),
+        "too-many-messages": json.dumps(put(base, (conversation,), many_messages)).encode(),
+        "too-many-blocks": json.dumps(put(base, (conversation,), [{"role": "user", "content": many_blocks}])).encode(),
         "random-bytes": bytes(rng.randrange(256) for _ in range(512)),
     }
     cases = [Case(f"{protocol}:{name}", protocol, body) for name, body in bodies.items()]
     if protocol == "anthropic":
         cases.append(Case("anthropic:huge-beta-header", protocol, raw, (("anthropic-beta", "b" * (LIMITS["max_header_bytes"] + 1)),)))
         cases.append(Case("anthropic:no-max-tokens", protocol, json.dumps({k: v for k, v in base.items() if k != "max_tokens"}).encode()))
+    elif protocol == "responses":
+        cases.append(Case("responses:no-input", protocol, json.dumps({k: v for k, v in base.items() if k != "input"}).encode()))
+        cases.append(Case("responses:previous-response-id", protocol, json.dumps({**base, "previous_response_id": "resp_1"}).encode()))
+        for depth in (40, 900, 5000):
+            deep = put(base, ("input", 3, "arguments"), "[" * depth + "]" * depth)
+            cases.append(Case(f"responses:deep-arguments-{depth}", protocol, json.dumps(deep).encode()))
     else:
         cases.append(Case("openai:no-messages", protocol, json.dumps(put(base, ("messages",), [])).encode()))
         for depth in (40, 900, 5000):  # JSON inside a string the filters parse and walk
@@ -293,7 +383,8 @@ def framing_cases(protocol: str, base: dict[str, Any], rng: random.Random) -> li
 def all_cases() -> list[Case]:
     rng = random.Random(SEED)
     cases: list[Case] = []
-    for protocol, base, fields in (("anthropic", ANTHROPIC_BASE, ANTHROPIC_FIELDS), ("openai", OPENAI_BASE, OPENAI_FIELDS)):
+    protocols = (("anthropic", ANTHROPIC_BASE, ANTHROPIC_FIELDS), ("openai", OPENAI_BASE, OPENAI_FIELDS), ("responses", RESPONSES_BASE, RESPONSES_FIELDS))
+    for protocol, base, fields in protocols:
         cases += wrong_type_cases(protocol, base, fields)
         cases += truncated_cases(protocol, base, rng, 160)
         cases += framing_cases(protocol, base, rng)
@@ -316,7 +407,7 @@ def shape_problem(protocol: str, response: httpx.Response) -> str | None:
         return "no error object with type and message"
     if protocol == "anthropic" and (document.get("type") != "error" or not isinstance(error.get("code"), str)):
         return "not the Anthropic envelope with a code"
-    if protocol == "openai" and "code" not in error:
+    if protocol in ("openai", "responses") and "code" not in error:
         return "no OpenAI code member"
     if len(error["message"]) > 400:
         return f"message of {len(error['message'])} characters"
@@ -324,11 +415,10 @@ def shape_problem(protocol: str, response: httpx.Response) -> str | None:
 
 
 async def run_cases(url: str, key: str, cases: list[Case], concurrency: int = 8) -> list[tuple[Case, httpx.Response]]:
-    paths = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
-    base_headers = {
-        "anthropic": {"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"},
-        "openai": {"authorization": f"Bearer {key}", "content-type": "application/json"},
-    }
+    paths = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions", "responses": "/v1/responses"}
+    bearer = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    anthropic = {"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"}
+    base_headers = {"anthropic": anthropic, "openai": bearer, "responses": bearer}
     gate = asyncio.Semaphore(concurrency)
 
     async def one(client: httpx.AsyncClient, case: Case) -> tuple[Case, httpx.Response]:
@@ -341,15 +431,22 @@ async def run_cases(url: str, key: str, cases: list[Case], concurrency: int = 8)
 
 
 @pytest.fixture
-def fuzz_gateway(fresh_gateway: Any) -> Any:
-    return fresh_gateway(limits=LIMITS)
+def fuzz_gateway(fresh_gateway: Any, tmp_path: Path, fakes: Fakes) -> Any:
+    # The Responses base goes to a provider that speaks Responses (the fake's /v1/responses).
+    catalog = deep_copy(CATALOG)
+    catalog["models"]["gpt-5-codex"] = {"targets": [target("openai-responses", "gpt-5-codex", "us-east-1")]}
+    price = {"input": "1", "output": "1"}
+    catalog["prices"].append({"provider": "openai-responses", "model": "gpt-5-codex", "effective_from": "2025-01-01", "usd_per_mtok": price})
+    bundle = write_bundle(tmp_path / "fuzz-bundle", deep_copy(TENANTS), catalog)
+    providers = gateway_config(tmp_path, fakes, bundle)["providers"]
+    return fresh_gateway(bundle=bundle, limits=LIMITS, providers=[*providers, {**providers[-1], "name": "openai-responses", "wire": "responses"}])
 
 
-def test_the_corpus_is_large_seeded_and_covers_both_protocols() -> None:
+def test_the_corpus_is_large_seeded_and_covers_every_protocol() -> None:
     cases = all_cases()
     assert len(cases) >= 1000
     assert [c.body for c in cases] == [c.body for c in all_cases()]  # deterministic
-    assert {c.protocol for c in cases} == {"anthropic", "openai"}
+    assert {c.protocol for c in cases} == {"anthropic", "openai", "responses"}
 
 
 def test_valid_bodies_are_served_untouched(fuzz_gateway: Any, fakes: Fakes) -> None:
@@ -358,14 +455,21 @@ def test_valid_bodies_are_served_untouched(fuzz_gateway: Any, fakes: Fakes) -> N
         run_cases(
             fuzz_gateway.url,
             fuzz_gateway.key("eng"),
-            [Case("anthropic:base", "anthropic", json.dumps(ANTHROPIC_BASE).encode()), Case("openai:base", "openai", json.dumps(OPENAI_BASE).encode())],
+            [
+                Case("anthropic:base", "anthropic", json.dumps(ANTHROPIC_BASE).encode()),
+                Case("openai:base", "openai", json.dumps(OPENAI_BASE).encode()),
+                Case("responses:base", "responses", json.dumps(RESPONSES_BASE).encode()),
+            ],
         )
     )
     for case, response in results:
         assert response.status_code == 200, (case.name, response.text)
     sent = json.loads(fakes.anthropic_eu.received[-1].body)
     assert {k: v for k, v in sent.items() if k != "model"} == {k: v for k, v in ANTHROPIC_BASE.items() if k != "model"}
-    assert json.loads(fakes.openai_main.received[-1].body)["reasoning_effort"] == "low"
+    [chat] = [r for r in fakes.openai_main.received if r.path == "/v1/chat/completions"]
+    assert json.loads(chat.body)["reasoning_effort"] == "low"
+    [responses] = [r for r in fakes.openai_main.received if r.path == "/v1/responses"]
+    assert responses.body == json.dumps(RESPONSES_BASE).encode()
 
 
 def test_every_hostile_request_is_a_4xx_in_the_protocols_shape(fuzz_gateway: Any, fakes: Fakes) -> None:

@@ -94,7 +94,7 @@ def test_printed_curl_example_works(quickstart: tuple[str, str, str]) -> None:
     assert '"type": "message"' in result.stdout, result.stdout + result.stderr
 
 
-def test_mock_provider_answers_both_protocols(quickstart: tuple[str, str, str]) -> None:
+def test_mock_provider_answers_every_protocol(quickstart: tuple[str, str, str]) -> None:
     url, key, _ = quickstart
     claude = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
     assert "mock provider" in claude.messages.create(model="sonnet", max_tokens=50, messages=[{"role": "user", "content": "Hi"}]).content[0].text
@@ -104,6 +104,10 @@ def test_mock_provider_answers_both_protocols(quickstart: tuple[str, str, str]) 
     assert "mock provider" in chat.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}]).choices[0].message.content
     chunks = list(chat.chat.completions.create(model="mini", messages=[{"role": "user", "content": "Hi"}], stream=True, stream_options={"include_usage": True}))
     assert chunks[-1].usage.completion_tokens > 0
+    assert "mock provider" in chat.responses.create(model="gpt-4o-mini", input="Hi").output_text
+    with chat.responses.stream(model="mini", input=[{"role": "user", "content": "Hi"}]) as stream:
+        assert "mock provider" in "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        assert stream.get_final_response().usage.output_tokens > 0
     # alice's team grants every model of the quickstart catalog; the demo bundle lets user bob only use gpt-4o-mini
     assert {m.id for m in chat.models.list()} >= {"claude-opus-4-8", "claude-opus-5-5", "claude-sonnet-5", "claude-sonnet-4-5", "gpt-4o-mini"}
 

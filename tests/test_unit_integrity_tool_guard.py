@@ -1,5 +1,5 @@
-"""The tool call guard (layer D) on its own: tool calls held and judged in both
-providers' streams and documents, denied ones replaced or dropped."""
+"""The tool call guard (layer D) on its own: tool calls held and judged in every
+protocol's streams and documents, denied ones replaced or dropped."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ import pytest
 from portcullis.adapters.integrity.answers import ToolCallGuard
 from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
 from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat
+from portcullis.adapters.protocols.openai_responses import PROTOCOL as openai_responses
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import ToolCall
-from tests.integrity_streams import anthropic_tool_stream, assembled, chat_stream, deny_bash, event, run
+from tests.fakes import Reply
+from tests.fakes import ToolCall as FakeCall
+from tests.fakes.openai_responses import output_items
+from tests.integrity_streams import anthropic_tool_stream, assembled, chat_stream, deny_bash, event, responses_stream, run
 
 # --- layer D in streams ---------------------------------------------------------------------------
 
@@ -128,3 +132,54 @@ def test_openai_chunks_with_null_tool_calls_pass() -> None:
         {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi", "tool_calls": None}, "finish_reason": None}]}
     )
     assert [e.raw for e in run(ToolCallGuard(openai_chat, deny_bash), [chunk])] == [chunk.raw]
+
+
+# --- OpenAI Responses -------------------------------------------------------------------------------
+
+
+def test_responses_denied_call_becomes_a_message_item_in_place() -> None:
+    reply = Reply(text="", tool_calls=(FakeCall("bash", {"command": "curl x | sh"}), FakeCall("read_file", {"path": "a"})))
+    out = run(ToolCallGuard(openai_responses, deny_bash), responses_stream(reply))
+    documents = [e.json() for e in out]
+    done = [d["item"] for d in documents if d["type"] == "response.output_item.done"]
+    assert [item["type"] for item in done] == ["message", "function_call"]
+    assert done[0]["content"][0]["text"] == "[Portcullis] The gateway's policy denied a call to the tool `bash`: no shell."
+    assert [d["sequence_number"] for d in documents] == list(range(len(documents)))
+    assert [item["type"] for item in documents[-1]["response"]["output"]] == ["message", "function_call"]
+    assert "curl" not in json.dumps(documents)
+
+
+def test_responses_allowed_calls_pass_byte_for_byte() -> None:
+    events = responses_stream(Reply(tool_calls=(FakeCall("read_file", {"path": "a"}), FakeCall("apply_patch", {}, raw="*** Begin Patch"))))
+    assert [e.raw for e in run(ToolCallGuard(openai_responses, deny_bash), events)] == [e.raw for e in events]
+
+
+def test_responses_custom_calls_are_judged_on_their_raw_input_in_answers_and_streams() -> None:
+    judged: list[ToolCall] = []
+
+    def judge(call: ToolCall) -> str | None:
+        judged.append(call)
+        return deny_bash(call)
+
+    reply = Reply(text="", tool_calls=(FakeCall("bash", {}, raw="rm -rf /"),))
+    document = {"output": output_items(reply, {})}
+    assert asyncio.run(ToolCallGuard(openai_responses, judge).document(document))
+    assert document["output"][0]["type"] == "message" and "denied" in document["output"][0]["content"][0]["text"]
+    out = run(ToolCallGuard(openai_responses, judge), responses_stream(reply))
+    assert judged == [ToolCall("bash", {"input": "rm -rf /"})] * 2 and "rm -rf" not in "".join(e.data for e in out)
+
+
+def test_responses_call_too_large_to_hold_is_denied_and_its_rest_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_responses.tools, "MAX_HELD_TOOL_CALL_BYTES", 300)
+    reply = Reply(text="", tool_calls=(FakeCall("read_file", {"path": "x" * 2000}),), pieces=20)
+    out = run(ToolCallGuard(openai_responses, deny_bash), responses_stream(reply))
+    documents = [e.json() for e in out]
+    assert [d["sequence_number"] for d in documents] == list(range(len(documents)))
+    assert "too large" in next(d for d in documents if d["type"] == "response.output_item.done")["item"]["content"][0]["text"]
+    assert "xxxx" not in json.dumps(documents)
+
+
+def test_responses_stream_ending_inside_a_call_denies_it() -> None:
+    events = responses_stream(Reply(text="", tool_calls=(FakeCall("read_file", {"path": "a"}),)))
+    out = run(ToolCallGuard(openai_responses, deny_bash), events[:4])
+    assert out[-1].json()["type"] == "response.output_item.done" and "did not complete" in out[-1].json()["item"]["content"][0]["text"]

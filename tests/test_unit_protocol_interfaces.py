@@ -21,6 +21,7 @@ from portcullis.adapters.protocols.interfaces import StreamConverter, StreamMete
 from portcullis.adapters.protocols.registry import PROTOCOLS, TRANSLATORS, interface_members, route
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.engine.errors import GatewayError
 from portcullis.engine.plan import Target
 
 ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
@@ -97,12 +98,28 @@ def test_the_checks_catch_a_missing_member_and_a_renamed_parameter() -> None:
     assert "UPSTREAM_PATH: missing" in wrong and any(w.startswith("parse(body") for w in wrong)
 
 
-def test_every_pair_of_registered_protocols_has_a_route() -> None:
+def test_every_pair_of_registered_protocols_is_passed_through_translated_or_refused() -> None:
     for client in PROTOCOLS:
         for upstream in PROTOCOLS:
             served = route(client, upstream)
             assert (served.client.name, served.upstream.name) == (client, upstream)
-            assert (served.translator is None) == (client == upstream)
+            if client == upstream:
+                assert served.translator is None and served.refusal is None
+            elif (client, upstream) in TRANSLATORS:
+                assert served.translator is TRANSLATORS[(client, upstream)] and served.refusal is None
+            else:  # no translator yet: a 400 for this target, so the dispatcher tries the next
+                assert served.translator is None and client in served.refusal and upstream in served.refusal
+
+
+def test_a_refused_pair_is_a_400_naming_both_protocols() -> None:
+    refused = [(c, u) for c in PROTOCOLS for u in PROTOCOLS if c != u and (c, u) not in TRANSLATORS]
+    for client, upstream in refused:
+        conversation = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
+        raw = {"openai_responses": b'{"model": "m", "input": "hi"}'}.get(client, conversation)
+        request = PROTOCOLS[client].wire.parse(raw, {}, "", DEFAULT_LIMITS)
+        with pytest.raises(GatewayError) as refusal:
+            route(client, upstream).upstream_body(request, CEILING_TARGET, cap_output=False)
+        assert refusal.value.kind.status == 400 and "cannot be converted" in refusal.value.message
 
 
 # Modules outside the protocol and provider packages that must still name protocols.
@@ -110,7 +127,7 @@ NAMING_ALLOWED = {
     "app.py": "binds each protocol's HTTP route (/v1/messages, /v1/chat/completions) to it",
     "http_edge.py": "answers requests that reach no route in the shape of the SDK family the path belongs to",
 }
-_PACKAGES = ("anthropic_messages", "openai_chat", "translators")
+_PACKAGES = ("anthropic_messages", "openai_chat", "openai_responses", "translators")
 
 
 def _names_a_protocol(path: Path) -> list[str]:
@@ -122,7 +139,7 @@ def _names_a_protocol(path: Path) -> list[str]:
         elif isinstance(node, ast.Import):
             found += [a.name for a in node.names if any(a.name.startswith(f"portcullis.adapters.protocols.{p}") for p in _PACKAGES)]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            found += [f"{word!r} at line {node.lineno}" for word in ("anthropic_messages", "openai_chat") if word in node.value]
+            found += [f"{word!r} at line {node.lineno}" for word in ("anthropic_messages", "openai_chat", "openai_responses") if word in node.value]
     return found
 
 
@@ -162,6 +179,10 @@ def test_passthrough_bytes_are_the_clients_unless_the_output_must_be_capped() ->
     assert _body("openai_chat", chat, cap_output=True)[1]["max_completion_tokens"] == 1000
     legacy = b'{"model": "m", "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]}'
     assert _body("openai_chat", legacy, cap_output=True)[1] == {"model": "m", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}
+    responses = b'{"model": "m",\n "input": [{"role": "user", "content": "h\\u00e9"}], "store": false}'
+    assert _body("openai_responses", responses, cap_output=False)[0] == responses
+    capped = _body("openai_responses", responses, cap_output=True)
+    assert capped[1]["max_output_tokens"] == 1000 and capped[0].endswith(b'"model": "m",\n "input": [{"role": "user", "content": "h\\u00e9"}], "store": false}')
 
 
 def test_a_translated_body_is_capped_in_the_providers_field() -> None:

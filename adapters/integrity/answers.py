@@ -106,14 +106,16 @@ class OutputGuard(HeldTextGuard):
         return changed
 
     async def _look_into(self, waiting: Any) -> None:
-        if waiting.event.event == "content_block_start":
-            opened = self.upstream.surfaces.provider_run_block(waiting.event.json())
-            if opened is not None:
-                self._provider_run.add(opened)
         await super()._look_into(waiting)
+        # After the event's own pieces: an event that opens a call carries none of its arguments yet.
+        opened = self.upstream.surfaces.provider_run_block(waiting.document) if isinstance(waiting.document, dict) else None
+        if opened is not None:
+            self._provider_run.add(opened)
 
     def _judged_elsewhere(self, piece: StreamText) -> bool:
-        return piece.arguments and piece.channel not in self._provider_run
+        # A channel is the block's own key, or a tuple that starts with it (an item's parts).
+        block = piece.channel[0] if isinstance(piece.channel, tuple) else piece.channel
+        return piece.arguments and piece.channel not in self._provider_run and block not in self._provider_run
 
     def _cut(self, text: str, piece: StreamText) -> int:
         if self._judged_elsewhere(piece):
@@ -126,16 +128,17 @@ class OutputGuard(HeldTextGuard):
             return text
         written = self._channels.setdefault(piece.channel, _Written())
         context = written.context
-        result = self._judge(context + text, written, changeable=not piece.signed and not piece.arguments)
+        result = self._judge(context + text, written, changeable=not piece.signed and not piece.arguments, counted=piece.repeat)
         written.context = (context + text)[-CONTEXT_CHARS:]  # the rest of a finding must still match
         written.length += len(text)
         return result[len(context) :]
 
-    def _judge(self, text: str, written: _Written, changeable: bool) -> str:
+    def _judge(self, text: str, written: _Written, changeable: bool, counted: bool = False) -> str:
         """``text`` is ``written.context`` (gone out already) and a new piece: only
         findings reaching past the context count, and only the piece can still change.
         A finding that grows across pieces is one finding: counted once, and its later
-        parts removed without another marker."""
+        parts removed without another marker. ``counted``: the text repeats what was
+        judged already, so its findings are not counted again."""
         released, origin = len(written.context), written.length - len(written.context)
         if "![" in text:
             written.image_labels |= output.image_labels(text)
@@ -143,7 +146,8 @@ class OutputGuard(HeldTextGuard):
         if not findings:
             return text
         new = [f for f in findings if (f.kind, origin + f.start) not in written.seen]
-        count_findings(self._audit, new)
+        if not counted:
+            count_findings(self._audit, new)
         written.seen.update((finding.kind, origin + finding.start) for finding in new)
         for finding in new:
             if self._actions.get(finding.kind) == "withhold":

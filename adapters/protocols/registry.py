@@ -3,7 +3,9 @@ path serves a (client protocol, provider protocol) pair.
 
 Same protocol: the client's bytes go upstream (only the model name swapped, and the
 output limit when it must be capped) and the provider's bytes come back. Different
-protocols: the pair's translator converts the request, the response and the stream."""
+protocols: the pair's translator converts the request, the response and the stream;
+a pair without one is refused (a 400 for that target, so the dispatcher tries the
+next one)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
 from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, TokenCounting, ToolCalls, Translator, Wire, WireProtocol
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.request import ParsedRequest
@@ -22,7 +24,7 @@ from portcullis.engine.plan import Target
 
 log = logging.getLogger("portcullis.protocols")
 
-PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL)}
+PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL, openai_responses.PROTOCOL)}
 TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
     (anthropic_messages.PROTOCOL.name, openai_chat.PROTOCOL.name): anthropic_messages_to_openai_chat,
@@ -94,11 +96,14 @@ class Route:
     client: WireProtocol
     upstream: WireProtocol
     translator: Translator | None
+    refusal: str | None = None  # why this pair cannot be served: no translator converts it
 
     def upstream_body(self, request: ParsedRequest, target: Target, cap_output: bool) -> bytes:
         """The body the provider gets; ``cap_output``: its output limit must not exceed the
         target's ceiling (a hard limit governs the request, so the reserved bound must hold)."""
         ceiling = target.max_output_tokens if cap_output else None
+        if self.refusal is not None:
+            raise invalid(self.refusal)
         if self.translator is None:
             return self.upstream.wire.passthrough_body(request, target.model, ceiling)
         try:
@@ -128,4 +133,8 @@ def route(client_protocol: str, upstream_protocol: str) -> Route:
     client = PROTOCOLS[client_protocol]
     if client_protocol == upstream_protocol:
         return Route(client, client, None)
-    return Route(client, PROTOCOLS[upstream_protocol], TRANSLATORS[(client_protocol, upstream_protocol)])
+    upstream = PROTOCOLS[upstream_protocol]
+    translator = TRANSLATORS.get((client_protocol, upstream_protocol))
+    if translator is None:
+        return Route(client, upstream, None, f"this model's provider speaks {upstream_protocol}; a {client_protocol} request cannot be converted")
+    return Route(client, upstream, translator)

@@ -190,7 +190,9 @@ class StreamText:
     JSON source, so what goes into it must be escaped; ``signed`` says it is reasoning
     the provider signed or keeps as is: it may be read and moved between events of its
     channel, never changed; ``arguments`` says it is a tool call's arguments, which
-    the tool-call guard judges whole."""
+    the tool-call guard judges whole; ``repeat`` says it is a whole copy of text the
+    stream already carried in pieces (Responses' ``.done`` events): changed the same
+    way, but what is found in it was counted already."""
 
     channel: Any
     holder: dict[str, Any]
@@ -198,6 +200,7 @@ class StreamText:
     json: bool = False
     signed: bool = False
     arguments: bool = False
+    repeat: bool = False
 
 
 ALL_CHANNELS = "*"  # what a stream's end closes

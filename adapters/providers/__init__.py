@@ -11,6 +11,7 @@ from typing import Protocol
 from portcullis.adapters.config import ProviderConfig
 from portcullis.adapters.protocols.anthropic_messages import wire as messages_wire
 from portcullis.adapters.protocols.openai_chat import wire as chat_wire
+from portcullis.adapters.protocols.openai_responses import wire as responses_wire
 
 
 class UpstreamUnreachable(Exception):
@@ -39,6 +40,15 @@ class Provider(Protocol):
 
 
 PROTOCOL_OF_TYPE = {"anthropic": messages_wire.NAME, "openai": chat_wire.NAME, "mock": None}
+# An ``openai`` provider speaks Chat Completions unless configured with ``wire: responses``.
+PROTOCOL_OF_OPENAI_WIRE = {"chat": chat_wire.NAME, "responses": responses_wire.NAME}
+
+
+def protocol_of(config: ProviderConfig) -> str | None:
+    """The protocol a configured provider speaks (None: whichever the client does)."""
+    if config.type == "openai":
+        return PROTOCOL_OF_OPENAI_WIRE[config.wire]
+    return PROTOCOL_OF_TYPE[config.type]
 
 
 def build_provider(config: ProviderConfig) -> Provider:
@@ -48,4 +58,4 @@ def build_provider(config: ProviderConfig) -> Provider:
         return MockProvider(config.name)
     from portcullis.adapters.providers.http import HttpProvider
 
-    return HttpProvider(config, PROTOCOL_OF_TYPE[config.type])
+    return HttpProvider(config, protocol_of(config))

@@ -13,6 +13,7 @@ from typing import Any
 from portcullis.adapters.protocols.anthropic_messages import count_tokens
 from portcullis.adapters.protocols.anthropic_messages import wire as messages_wire
 from portcullis.adapters.protocols.openai_chat import wire as chat_wire
+from portcullis.adapters.protocols.openai_responses import wire as responses_wire
 from portcullis.adapters.protocols.sse import encode
 
 
@@ -50,6 +51,8 @@ class MockProvider:
             return _anthropic(request, words, input_tokens)
         if path == chat_wire.UPSTREAM_PATH:
             return _openai(request, words, input_tokens)
+        if path == responses_wire.UPSTREAM_PATH:
+            return _responses(request, words, input_tokens)
         return MockResponse(404, "application/json", [b'{"error": {"message": "unknown path"}}'])
 
     async def close(self) -> None:
@@ -57,7 +60,8 @@ class MockProvider:
 
 
 def _reply(request: Mapping[str, Any]) -> str:
-    count = len(request.get("messages") or [])
+    turns = request.get("input")
+    count = len(request.get("messages") or []) if turns is None else (1 if isinstance(turns, str) else len(turns))
     return f"Hello from the Portcullis mock provider. You sent {count} message{'s' if count != 1 else ''} to {request.get('model')}."
 
 
@@ -94,3 +98,44 @@ def _openai(request: Mapping[str, Any], words: list[str], input_tokens: int) -> 
         events.append(encode({**chunk, "choices": [], "usage": usage}))
     events.append(chat_wire.DONE)
     return MockResponse(200, "text/event-stream", events)
+
+
+def _responses(request: Mapping[str, Any], words: list[str], input_tokens: int) -> MockResponse:
+    text = "".join(words)
+    usage = {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": len(words),
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + len(words),
+    }
+    part = {"type": "output_text", "text": text, "annotations": []}
+    item = {"id": f"msg_mock{uuid.uuid4().hex[:20]}", "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+    response = {
+        "id": f"resp_mock{uuid.uuid4().hex[:20]}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": request.get("model"),
+        "output": [item],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+    if not request.get("stream"):
+        return MockResponse(200, "application/json", [json.dumps(response).encode()])
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+    documents = [
+        {"type": "response.created", "response": opening},
+        {"type": "response.in_progress", "response": opening},
+        {"type": "response.output_item.added", "output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
+        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+        *({"type": "response.output_text.delta", **at, "delta": w, "logprobs": []} for w in words),
+        {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
+        {"type": "response.content_part.done", **at, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": response},
+    ]
+    return MockResponse(200, "text/event-stream", [encode({**d, "sequence_number": n}, d["type"]) for n, d in enumerate(documents)])

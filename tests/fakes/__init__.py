@@ -10,13 +10,14 @@ The package's shape:
 - ``behaviours``: what a test scripts (``Reply``, ``Fail``, ``Hang``, ...) and what the
   fake records (``Received``), the same for every format;
 - ``wire``: JSON and SSE framing and stream pacing, shared by the formats;
-- one module per wire format: ``anthropic_messages`` (``/v1/messages``) and
-  ``openai_chat`` (``/v1/chat/completions``), each with its ``PATH`` and
-  ``async handle(fake, request)`` and its bodies, events and errors (``MORE_ROUTES``
-  maps further paths to their handlers: Anthropic's ``/v1/messages/count_tokens``);
+- one module per wire format: ``anthropic_messages`` (``/v1/messages``),
+  ``openai_chat`` (``/v1/chat/completions``) and ``openai_responses``
+  (``/v1/responses``), each with its ``PATH`` and ``async handle(fake, request)`` and
+  its bodies, events and errors (``MORE_ROUTES`` maps further paths to their handlers:
+  Anthropic's ``/v1/messages/count_tokens``);
 - ``server``: ``FakeProvider``, which routes every module in ``WIRE_FORMATS``.
 
-A new wire format (OpenAI Responses, Bedrock, ...) is one more module of that kind,
+A new wire format (Bedrock, ...) is one more module of that kind,
 added to ``server.WIRE_FORMATS``.
 
 Run standalone for benchmarks:  python -m tests.fakes --port 9100

@@ -17,6 +17,7 @@ class ToolCall:
     name: str
     input: dict[str, Any]
     id: str = field(default_factory=lambda: f"toolu_{uuid.uuid4().hex[:20]}")
+    raw: str | None = None  # a custom (free-form) tool's input, where the format has them (Responses)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Reply:
     reports_usage: bool = True  # some OpenAI-compatible servers send no usage at all
     pieces: int = 3  # deltas each streamed text or tool input is split into
     echo: bool = False  # answer with the last user message's text, as the provider received it
+    reasoning: str | None = None  # a reasoning summary, where the format streams one (Responses, with encrypted content)
 
 
 @dataclass(frozen=True)

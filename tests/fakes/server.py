@@ -17,12 +17,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.fakes import anthropic_messages, openai_chat
+from tests.fakes import anthropic_messages, openai_chat, openai_responses
 from tests.fakes.behaviours import Behaviour, Received, Reply
 from tests.fakes.wire import model_of
 
 # One module per wire format, each with its ``PATH`` and ``async handle(fake, request)``.
-WIRE_FORMATS: tuple[ModuleType, ...] = (anthropic_messages, openai_chat)
+WIRE_FORMATS: tuple[ModuleType, ...] = (anthropic_messages, openai_chat, openai_responses)
 
 
 class FakeProvider:

@@ -37,6 +37,7 @@ _ERROR_TYPES = {
     ErrorKind.PERMISSION: "permission_error",
     ErrorKind.NOT_FOUND: "not_found_error",
     ErrorKind.METHOD_NOT_ALLOWED: "invalid_request_error",
+    ErrorKind.UPGRADE_REQUIRED: "invalid_request_error",
     ErrorKind.REQUEST_TIMEOUT: "timeout_error",
     ErrorKind.REQUEST_TOO_LARGE: "request_too_large",
     ErrorKind.HEADERS_TOO_LARGE: "request_too_large",

@@ -37,6 +37,7 @@ _ERROR_TYPES = {
     ErrorKind.PERMISSION: ("permission_error", None),
     ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
     ErrorKind.METHOD_NOT_ALLOWED: ("invalid_request_error", None),
+    ErrorKind.UPGRADE_REQUIRED: ("invalid_request_error", None),
     ErrorKind.REQUEST_TIMEOUT: ("invalid_request_error", "timeout"),
     ErrorKind.REQUEST_TOO_LARGE: ("invalid_request_error", "request_too_large"),
     ErrorKind.HEADERS_TOO_LARGE: ("invalid_request_error", "request_too_large"),
