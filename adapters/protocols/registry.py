@@ -19,7 +19,12 @@ from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, 
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent
-from portcullis.adapters.protocols.translators import anthropic_messages_to_openai_chat, openai_chat_to_anthropic_messages
+from portcullis.adapters.protocols.translators import (
+    anthropic_messages_to_openai_chat,
+    openai_chat_to_anthropic_messages,
+    openai_responses_to_anthropic_messages,
+    openai_responses_to_openai_chat,
+)
 from portcullis.engine.plan import Target
 
 log = logging.getLogger("portcullis.protocols")
@@ -28,6 +33,8 @@ PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (anthropic_messages.PRO
 TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
     (anthropic_messages.PROTOCOL.name, openai_chat.PROTOCOL.name): anthropic_messages_to_openai_chat,
+    (openai_responses.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_responses_to_anthropic_messages,
+    (openai_responses.PROTOCOL.name, openai_chat.PROTOCOL.name): openai_responses_to_openai_chat,
 }
 # The protocol of the gateway's own calls (a classifier's) to a provider that speaks
 # every protocol (the mock).

@@ -1,0 +1,136 @@
+"""Every client protocol against every provider protocol, through the gateway with the
+official SDKs: each cell either round-trips (plain and streamed) or is refused with a
+clear 400 before anything is sent. And a Responses client's tool calls through the
+translators: function calls both ways, a freeform (custom) tool back as
+``custom_tool_call`` with its raw input, and what a foreign provider cannot run refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.bundles import TENANTS, deep_copy, write_bundle
+from tests.conftest import Fakes, GatewayProcess
+from tests.fakes import Reply, ToolCall
+from tests.test_served_openai_responses import CODEX, CODEX_UPSTREAM, _catalog, _gateway
+
+pytestmark = pytest.mark.served
+
+# model the client asks for -> (the fake that serves it, its upstream model, the path it is sent to)
+PROVIDERS = {
+    "messages": ("claude-sonnet-4-5", "anthropic_us", "claude-sonnet-4-5-20250929", "/v1/messages"),
+    "chat": ("gpt-4o-mini", "openai_main", "gpt-4o-mini-2024-07-18", "/v1/chat/completions"),
+    "responses": (CODEX, "openai_main", CODEX_UPSTREAM, "/v1/responses"),
+}
+# (client protocol, provider protocol) pairs no translator joins: refused per target.
+REFUSED = {("messages", "responses"), ("chat", "responses")}
+FUNCTION = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes) -> Iterator[GatewayProcess]:
+    directory = tmp_path_factory.mktemp("matrix")
+    running = _gateway(directory, session_fakes, write_bundle(directory / "bundle", deep_copy(TENANTS), _catalog()))
+    yield running
+    running.stop()
+
+
+def _ask(client: str, gateway: GatewayProcess, model: str, stream: bool) -> str:
+    """The answer's text as the client's SDK assembles it."""
+    key, prompt = gateway.key("eng"), "Say hello."
+    if client == "messages":
+        claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
+        if stream:
+            with claude.messages.stream(model=model, max_tokens=64, messages=[{"role": "user", "content": prompt}]) as events:
+                return "".join(events.text_stream)
+        return claude.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": prompt}]).content[0].text
+    gpt = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+    if client == "chat":
+        if stream:
+            chunks = gpt.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], stream=True)
+            return "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+        return gpt.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}]).choices[0].message.content or ""
+    if stream:
+        with gpt.responses.stream(model=model, input=prompt) as events:
+            return events.get_final_response().output_text
+    return gpt.responses.create(model=model, input=prompt).output_text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("client", sorted(PROVIDERS))
+def test_every_client_with_every_provider(client: str, provider: str, stream: bool, matrix: GatewayProcess, fakes: Fakes) -> None:
+    model, fake_name, upstream, path = PROVIDERS[provider]
+    fake = getattr(fakes, fake_name)
+    fake.script(upstream, Reply(text=f"hello from {provider}"))
+    if (client, provider) in REFUSED:
+        errors: tuple[type[Exception], ...] = (anthropic.BadRequestError, openai.BadRequestError)
+        with pytest.raises(errors) as refused:
+            _ask(client, matrix, model, stream)
+        assert "cannot be converted" in str(refused.value)
+        assert [r for r in fake.received if r.path == path] == []  # refused before anything was sent
+        return
+    assert _ask(client, matrix, model, stream) == f"hello from {provider}"
+    (sent,) = [r for r in fake.received if r.path == path]
+    assert sent.json["model"] == upstream
+
+
+def _responses(gateway: GatewayProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key("eng"), max_retries=0)
+
+
+@pytest.mark.parametrize("provider", ["messages", "chat"])
+def test_a_responses_function_call_round_trips_through_a_foreign_provider(provider: str, matrix: GatewayProcess, fakes: Fakes) -> None:
+    model, fake_name, upstream, path = PROVIDERS[provider]
+    fake = getattr(fakes, fake_name)
+    fake.script(upstream, Reply(text="", tool_calls=(ToolCall("get_weather", {"city": "Seoul"}, id="toolu_1"),)), Reply(text="Sunny in Seoul."))
+    client = _responses(matrix)
+    first = client.responses.create(model=model, instructions="Be brief.", input="Weather in Seoul?", tools=[FUNCTION])
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Seoul"}
+    turn: list[Any] = [
+        {"role": "user", "content": "Weather in Seoul?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ]
+    with client.responses.stream(model=model, instructions="Be brief.", input=turn, tools=[FUNCTION]) as events:
+        final = events.get_final_response()
+    assert final.output_text == "Sunny in Seoul." and final.usage is not None and final.usage.output_tokens > 0
+    second = [r for r in fake.received if r.path == path][1].json
+    carried = json.dumps(second)
+    assert call.call_id in carried and "sunny" in carried  # the call and its output reached the provider, paired
+    outcome = [r for r in matrix.settled() if r["event"] == "request_finished"][-1]  # the stream's, written after its last event
+    assert outcome["served"]["model"] == upstream and outcome["usage"]["complete"] is True and outcome["cost_micro_usd"] > 0
+
+
+def test_a_freeform_tool_comes_back_as_a_custom_tool_call_with_its_raw_input(matrix: GatewayProcess, fakes: Fakes) -> None:
+    model, _, upstream, _ = PROVIDERS["messages"]
+    fakes.anthropic_us.script(upstream, Reply(text="", tool_calls=(ToolCall("apply_patch__freeform", {"input": PATCH}, id="toolu_2"),)))
+    grammar = {"type": "grammar", "syntax": "lark", "definition": "start: /.+/s"}
+    tool = {"type": "custom", "name": "apply_patch", "description": "Applies a patch.", "format": grammar}
+    answer = _responses(matrix).responses.create(model=model, input="Add a.txt", tools=[tool])
+    (call,) = [item for item in answer.output if item.type == "custom_tool_call"]
+    assert call.name == "apply_patch" and call.input == PATCH
+
+
+@pytest.mark.parametrize(
+    ("field", "extra"),
+    [
+        ("web_search", {"tools": [{"type": "web_search"}]}),
+        ("encrypted_content", {"input": [{"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"}, {"role": "user", "content": "Hi"}]}),
+    ],
+)
+def test_what_a_foreign_provider_cannot_run_is_refused_naming_it(field: str, extra: dict[str, Any], matrix: GatewayProcess, fakes: Fakes) -> None:
+    model, fake_name, _, path = PROVIDERS["messages"]
+    request: dict[str, Any] = {"model": model, "input": "Hi", **extra}
+    send: Callable[..., Any] = _responses(matrix).responses.create
+    with pytest.raises(openai.BadRequestError) as refused:
+        send(**request)
+    assert field in str(refused.value)
+    assert [r for r in getattr(fakes, fake_name).received if r.path == path] == []
