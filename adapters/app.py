@@ -149,6 +149,9 @@ def create_app(runtime: Runtime) -> Starlette:
     async def count_tokens(request: Request) -> Any:
         return await gateway.handle(request, anthropic_messages.PROTOCOL, Operation.COUNT_TOKENS)
 
+    async def input_tokens(request: Request) -> Any:
+        return await gateway.handle(request, openai_responses.PROTOCOL, Operation.COUNT_TOKENS)
+
     async def chat_completions(request: Request) -> Any:
         return await gateway.handle(request, openai_chat.PROTOCOL)
 
@@ -218,6 +221,8 @@ def create_app(runtime: Runtime) -> Starlette:
         # upgrade 426, and it falls back to these at once.
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/responses/", responses, methods=["POST"]),
+        Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+        Route("/v1/responses/input_tokens/", input_tokens, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

@@ -135,7 +135,7 @@ def test_every_response_carries_a_request_id(gateway: GatewayProcess) -> None:
         httpx.get(f"{gateway.url}/healthz"),
         httpx.get(f"{gateway.url}/readyz"),
         httpx.head(f"{gateway.url}/"),
-        httpx.post(f"{gateway.url}/v1/responses/input_tokens", json={}),
+        httpx.post(f"{gateway.url}/v1/responses/compact", json={}),
         httpx.get(f"{gateway.url}/v1/messages"),
         messages(gateway, {"model": "haiku"}),
     ]

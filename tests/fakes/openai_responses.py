@@ -48,6 +48,32 @@ async def handle(fake: FakeProvider, request: Request) -> Response:
     return StreamingResponse(paced(stream, reply.event_delay, behaviour, lambda kind: error_event(kind, after)), media_type="text/event-stream")
 
 
+INPUT_TOKENS_PATH = "/v1/responses/input_tokens"
+
+
+async def input_tokens(fake: FakeProvider, request: Request) -> Response:
+    """OpenAI's count of a Responses request's input; scripted failures apply by model."""
+    body = await request.body()
+    fake.received.append(Received(request.url.path, dict(request.headers), body))
+    if request.headers.get("authorization", "").removeprefix("Bearer ") not in fake.accepted_keys:
+        return error(401, "Incorrect API key provided.", "invalid_api_key")
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return error(400, "We could not parse the JSON body of your request.")
+    if "model" not in payload:
+        return error(400, "Missing required parameter: 'model'.")
+    behaviour = fake.next_behaviour(payload["model"])
+    if isinstance(behaviour, Fail):
+        return error(behaviour.status, "fake failure", retry_after=behaviour.retry_after)
+    characters = len(json.dumps([payload.get(name) for name in ("instructions", "input", "tools")], ensure_ascii=False))
+    return json_response({"object": "response.input_tokens", "input_tokens": characters // 4 + 1}, {"x-request-id": uuid.uuid4().hex})
+
+
+# Routes beyond ``PATH``, each answered by its own handler.
+MORE_ROUTES = {INPUT_TOKENS_PATH: input_tokens}
+
+
 def usage(reply: Reply) -> dict[str, Any]:
     prompt = reply.input_tokens + reply.cache_read_tokens
     return {
