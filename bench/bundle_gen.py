@@ -18,7 +18,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = ["claude", "gpt", "glm", "llama"]
 REGIONS = ["us-east-1", "eu-west-1", "ap-northeast-2"]
-PROVIDERS = {"claude": "fake-anthropic", "gpt": "fake-openai", "glm": "fake-openai", "llama": "fake-openai"}
+# glm models are served over the OpenAI Responses wire, so every client protocol has a passthrough scenario.
+PROVIDERS = {"claude": "fake-anthropic", "gpt": "fake-openai", "glm": "fake-responses", "llama": "fake-openai"}
 
 
 def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: int = 7) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

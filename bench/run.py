@@ -45,9 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bundle_gen  # noqa: E402
+from bench.scenarios import UPSTREAM_KEY, scenarios  # noqa: E402
 
-UPSTREAM_KEY = "sk-bench-upstream"
-CHAT = [{"role": "user", "content": "Summarise the quarterly report in three bullet points."}]
 CLI = [sys.executable, "-m", "portcullis.adapters.cli"]
 
 
@@ -148,6 +147,13 @@ class Gateway:
             "providers": [
                 {"name": "fake-anthropic", "type": "anthropic", "base_url": f"http://127.0.0.1:{fake_port}", "api_key_env": "BENCH_UPSTREAM_KEY"},
                 {"name": "fake-openai", "type": "openai", "base_url": f"http://127.0.0.1:{fake_port}/v1", "api_key_env": "BENCH_UPSTREAM_KEY"},
+                {
+                    "name": "fake-responses",
+                    "type": "openai",
+                    "wire": "responses",
+                    "base_url": f"http://127.0.0.1:{fake_port}/v1",
+                    "api_key_env": "BENCH_UPSTREAM_KEY",
+                },
             ],
             "store": {**store, "path": str(directory / "state.db")} if store["kind"] == "embedded" else store,
             "audit": {"path": str(directory / "audit.jsonl")},
@@ -170,33 +176,6 @@ class Gateway:
         self.process.wait(timeout=15)
 
 
-def scenarios(key: str) -> list[tuple[str, str, dict[str, Any], str, dict[str, str], dict[str, str]]]:
-    anthropic_headers = {"anthropic-version": "2023-06-01"}
-    openai_direct, openai_gateway = {"authorization": f"Bearer {UPSTREAM_KEY}"}, {"authorization": f"Bearer {key}"}
-    messages_direct, messages_gateway = {"x-api-key": UPSTREAM_KEY, **anthropic_headers}, {"x-api-key": key, **anthropic_headers}
-    stream_chat = {"model": "gpt-m1", "messages": CHAT, "max_tokens": 64, "stream": True, "stream_options": {"include_usage": True}}
-    return [
-        ("chat", "/v1/chat/completions", {"model": "gpt-m1", "messages": CHAT, "max_tokens": 64}, "gpt-m1-upstream", openai_direct, openai_gateway),
-        ("chat stream", "/v1/chat/completions", stream_chat, "gpt-m1-upstream", openai_direct, openai_gateway),
-        (
-            "messages (alias)",
-            "/v1/messages",
-            {"model": "claude-m0-latest", "messages": CHAT, "max_tokens": 64},
-            "claude-m0-upstream",
-            messages_direct,
-            messages_gateway,
-        ),
-        (
-            "messages stream",
-            "/v1/messages",
-            {"model": "claude-m0", "messages": CHAT, "max_tokens": 64, "stream": True},
-            "claude-m0-upstream",
-            messages_direct,
-            messages_gateway,
-        ),
-    ]
-
-
 def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
     """Median and p99 of one decision, with the per-bundle index (as served) and
     without it (the rules matching globs, sorting targets and merging governance
@@ -205,7 +184,7 @@ def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
     from portcullis.engine.bundle import parse_bundle, read_bundle_files
     from portcullis.engine.rego import Policy
 
-    active = activate(parse_bundle(read_bundle_files(bundle), []), {"fake-anthropic", "fake-openai"}, dt.date.today())
+    active = activate(parse_bundle(read_bundle_files(bundle), []), set(bundle_gen.PROVIDERS.values()), dt.date.today())
     tenants, catalog, _ = bundle_gen.generate()
     rng = random.Random(11)
     teams = list(tenants["teams"])
