@@ -17,6 +17,9 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from portcullis.adapters.protocols.openai_responses import PROTOCOL as RESPONSES
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "codex"
 SCENARIOS = sorted(path.stem for path in DATA.glob("*.json"))
@@ -99,3 +102,24 @@ def test_recorder_streams_are_valid_responses_events(scenario: str) -> None:
         adapter.validate_python(event)
     assert [event["sequence_number"] for event in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+
+
+@pytest.mark.parametrize("name", [name for name in SCENARIOS if posts(name)])
+def test_the_gateway_parses_every_request_codex_sent(name: str) -> None:
+    """Each recorded POST /v1/responses body, byte for byte as Codex sent it, is a request
+    the gateway's Responses parser admits (nothing Codex sends is refused as malformed),
+    and every string the provider will read is visited by the surfaces walk."""
+    for body in posts(name):
+        raw = json.dumps(body, ensure_ascii=False).encode()
+        parsed = RESPONSES.wire.parse(raw, {}, "", DEFAULT_LIMITS)
+        assert parsed.model == body["model"] and parsed.stream is True
+        seen = _visited(parsed.body)
+        users = [item for item in body["input"] if item.get("role") == "user"]
+        texts = [part["text"] for item in users for part in item.get("content", []) if isinstance(part, dict) and "text" in part]
+        assert texts and all(text in seen for text in texts)
+
+
+def _visited(body: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    RESPONSES.surfaces.visit_prompt(body, lambda surface, text: seen.append(text) or text)
+    return seen
