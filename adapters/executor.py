@@ -278,7 +278,7 @@ class Executor:
         return [(step, exchange.states[id(step)]) for step in self._steps if id(step) in exchange.states]
 
     def _guards(self, exchange: Exchange, pair: Route) -> list[ResponseGuard]:
-        return [guard for step, state in self._admitted(exchange) for guard in step.guards(exchange, state, pair.upstream)]
+        return [guard for step, state in self._admitted(exchange) for guard in step.guards(exchange, state, pair)]
 
     async def _settle(self, exchange: Exchange) -> None:
         """Cost is the usage the provider reported priced with the bundle's version in

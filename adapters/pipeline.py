@@ -27,6 +27,7 @@ from portcullis.engine.pricing import Usage
 if TYPE_CHECKING:
     from portcullis.adapters.auth import Principal
     from portcullis.adapters.protocols.interfaces import WireProtocol
+    from portcullis.adapters.protocols.registry import Route
     from portcullis.adapters.protocols.request import ParsedRequest
     from portcullis.engine.activation import ActiveBundle
     from portcullis.engine.plan import DecisionPlan, Target
@@ -132,6 +133,8 @@ class Step(Generic[S]):
         """Headers this step adds to the request sent to ``provider`` (never credentials)."""
         return {}
 
-    def guards(self, exchange: Exchange, state: S, upstream: WireProtocol) -> list[ResponseGuard]:
-        """Guards for this request's answer, in the provider's protocol, in the order they see it."""
+    def guards(self, exchange: Exchange, state: S, pair: Route) -> list[ResponseGuard]:
+        """Guards for this request's answer, in the order they see it. They read it in the
+        provider's protocol (``pair.upstream``), before any conversion; a tool call is
+        judged as the client will receive it (``pair.client_call``)."""
         return []

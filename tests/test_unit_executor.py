@@ -119,7 +119,7 @@ class RecordingStep(Step[str]):
     def outbound_headers(self, exchange: Exchange, state: str, provider: str) -> dict[str, str]:
         return {f"x-step-{state}": provider}
 
-    def guards(self, exchange: Exchange, state: str, upstream: Any) -> list[Any]:
+    def guards(self, exchange: Exchange, state: str, pair: Any) -> list[Any]:
         self.log.append(f"guards {state}")
         return [CountingGuard(self.log, state)]
 

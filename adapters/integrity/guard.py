@@ -30,7 +30,7 @@ from portcullis.adapters.offload import off_loop
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
 from portcullis.adapters.protocols.interfaces import WireProtocol
-from portcullis.adapters.protocols.registry import PROTOCOLS
+from portcullis.adapters.protocols.registry import PROTOCOLS, Route
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.integrity import hop
 from portcullis.engine.integrity.injection import HEADER, ScanResult, review
@@ -99,14 +99,15 @@ class PromptIntegrity(Step[IntegrityState]):
                 changed = True
         return Admission(state, body_changed=changed)
 
-    def guards(self, exchange: Exchange, state: IntegrityState, upstream: WireProtocol) -> list[ResponseGuard]:
+    def guards(self, exchange: Exchange, state: IntegrityState, pair: Route) -> list[ResponseGuard]:
         assert exchange.plan is not None and exchange.plan.integrity is not None  # admitted: the plan names a policy
         policy = exchange.plan.integrity
         guards: list[ResponseGuard] = []
         if policy.guards_tool_calls or policy.guards_output:  # a call's arguments are output too
-            guards.append(ToolCallGuard(upstream, self._tool_judge(exchange, policy)))
+            judge = self._tool_judge(exchange, policy)
+            guards.append(ToolCallGuard(pair.upstream, lambda call: judge(pair.client_call(call))))
         if policy.guards_output:
-            guards.append(OutputGuard(upstream, policy, exchange.audit_outcome))
+            guards.append(OutputGuard(pair.upstream, policy, exchange.audit_outcome))
         return guards
 
     def outbound_headers(self, exchange: Exchange, state: IntegrityState, provider: str) -> dict[str, str]:

@@ -27,8 +27,7 @@ from portcullis.adapters.pii.detectors import Detector, DetectorFailed, PatternD
 from portcullis.adapters.pii.restoring import Restorer
 from portcullis.adapters.pii.vault import PSEUDONYM, TOKEN, MemoryVault, Vault, VaultUnavailable, scope_id
 from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
-from portcullis.adapters.protocols.interfaces import WireProtocol
-from portcullis.adapters.protocols.registry import PROTOCOLS
+from portcullis.adapters.protocols.registry import PROTOCOLS, Route
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pii.context import names_a_type
 from portcullis.engine.pii.policy import OTHER, PiiPolicy, field_of, review
@@ -75,10 +74,10 @@ class PiiGuard(Step[PiiState]):
         if state.restored:
             exchange.audit_outcome["pii"] = {"restored": state.restored}
 
-    def guards(self, exchange: Exchange, state: PiiState, upstream: WireProtocol) -> list[ResponseGuard]:
+    def guards(self, exchange: Exchange, state: PiiState, pair: Route) -> list[ResponseGuard]:
         if not state.policy.reversible:
             return []
-        return [Restorer(state, self._vault, upstream)]
+        return [Restorer(state, self._vault, pair.upstream)]
 
     def close(self) -> None:
         for detector in self._detectors.values():

@@ -19,6 +19,7 @@ from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, 
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.protocols.text import ToolCall
 from portcullis.adapters.protocols.translators import (
     anthropic_messages_to_openai_chat,
     openai_chat_to_anthropic_messages,
@@ -123,6 +124,13 @@ class Route:
         if ceiling is not None:
             self.upstream.wire.cap_output(converted, ceiling)
         return json.dumps(converted, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def client_call(self, call: ToolCall) -> ToolCall:
+        """A provider's tool call as the client will receive it: a translator that renames
+        tools on the way up (``client_tool_call``) names them back, so policy judges the
+        names the client declared."""
+        rename = getattr(self.translator, "client_tool_call", None)
+        return rename(call) if rename is not None else call
 
     def client_body(self, raw: bytes, document: dict[str, Any], created: int) -> bytes:
         if self.translator is None:

@@ -255,3 +255,7 @@ class StreamConverter:
 
     def _end(self) -> list[bytes]:
         return self._stream.end(_usage(self._usage), _INCOMPLETE.get(self._stop_reason or ""))
+
+
+# Guards judge the provider's calls by the names the client declared (custom tools travel as functions).
+client_tool_call = events.client_tool_call

@@ -18,9 +18,19 @@ from typing import Any
 
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.sse import encode
+from portcullis.adapters.protocols.text import ToolCall
 from portcullis.engine.errors import ErrorKind, GatewayError
 
 CUSTOM_SUFFIX = "__freeform"
+
+
+def client_tool_call(call: ToolCall) -> ToolCall:
+    """A provider's call as the Responses client will receive it: a freeform tool's
+    wrapper function is the custom tool again, judged on ``{"input": raw}`` as a Responses
+    provider's ``custom_tool_call`` is."""
+    if call.name.endswith(CUSTOM_SUFFIX):
+        return ToolCall(call.name.removesuffix(CUSTOM_SUFFIX), call.arguments)
+    return call
 CUSTOM_PROPERTY = "input"
 
 
