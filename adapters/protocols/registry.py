@@ -23,6 +23,7 @@ from portcullis.adapters.protocols.text import ToolCall
 from portcullis.adapters.protocols.translators import (
     anthropic_messages_to_openai_chat,
     openai_chat_to_anthropic_messages,
+    openai_chat_to_openai_responses,
     openai_responses_to_anthropic_messages,
     openai_responses_to_openai_chat,
 )
@@ -34,6 +35,7 @@ PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (anthropic_messages.PRO
 TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
     (anthropic_messages.PROTOCOL.name, openai_chat.PROTOCOL.name): anthropic_messages_to_openai_chat,
+    (openai_chat.PROTOCOL.name, openai_responses.PROTOCOL.name): openai_chat_to_openai_responses,
     (openai_responses.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_responses_to_anthropic_messages,
     (openai_responses.PROTOCOL.name, openai_chat.PROTOCOL.name): openai_responses_to_openai_chat,
 }
