@@ -28,7 +28,7 @@ PROVIDERS = {
     "responses": (CODEX, "openai_main", CODEX_UPSTREAM, "/v1/responses"),
 }
 # (client protocol, provider protocol) pairs no translator joins: refused per target.
-REFUSED = {("messages", "responses"), ("chat", "responses")}
+REFUSED = {("chat", "responses")}
 FUNCTION = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"
 

@@ -21,6 +21,7 @@ from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.translators import (
     anthropic_messages_to_openai_chat,
+    anthropic_messages_to_openai_responses,
     openai_chat_to_anthropic_messages,
     openai_responses_to_anthropic_messages,
     openai_responses_to_openai_chat,
@@ -33,6 +34,7 @@ PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (anthropic_messages.PRO
 TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
     (anthropic_messages.PROTOCOL.name, openai_chat.PROTOCOL.name): anthropic_messages_to_openai_chat,
+    (anthropic_messages.PROTOCOL.name, openai_responses.PROTOCOL.name): anthropic_messages_to_openai_responses,
     (openai_responses.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_responses_to_anthropic_messages,
     (openai_responses.PROTOCOL.name, openai_chat.PROTOCOL.name): openai_responses_to_openai_chat,
 }
