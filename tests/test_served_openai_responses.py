@@ -211,8 +211,10 @@ def test_a_provider_failure_and_a_cut_stream(plain: GatewayProcess, fakes: Fakes
         list(stream)
 
 
-def test_a_messages_client_cannot_reach_a_responses_only_model(plain: GatewayProcess, fakes: Fakes) -> None:
-    body = {"model": CODEX, "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}
+def test_a_messages_request_a_responses_only_model_cannot_run_is_refused(plain: GatewayProcess, fakes: Fakes) -> None:
+    # A Messages client reaches a Responses provider through its translator (the protocol
+    # matrix); what Responses has no equivalent for is refused before anything is sent.
+    body = {"model": CODEX, "max_tokens": 10, "stop_sequences": ["END"], "messages": [{"role": "user", "content": "Hi"}]}
     headers = {"x-api-key": plain.key("eng"), "anthropic-version": "2023-06-01"}
     response = httpx.post(f"{plain.url}/v1/messages", json=body, headers=headers)
     assert response.status_code == 400 and "cannot be converted" in response.json()["error"]["message"]

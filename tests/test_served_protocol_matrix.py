@@ -1,8 +1,9 @@
 """Every client protocol against every provider protocol, through the gateway with the
-official SDKs: each cell either round-trips (plain and streamed) or is refused with a
-clear 400 before anything is sent. And a Responses client's tool calls through the
-translators: function calls both ways, a freeform (custom) tool back as
-``custom_tool_call`` with its raw input, and what a foreign provider cannot run refused."""
+official SDKs: every cell round-trips, plain and streamed (what one cell's provider
+cannot express is refused per field: below, and in each translator's tests). And tool calls through the translators: a Responses
+client's function calls both ways and a Messages client's tool use through a Responses
+provider, a freeform (custom) tool back as ``custom_tool_call`` with its raw input, and
+what a foreign provider cannot run refused."""
 
 from __future__ import annotations
 
@@ -28,8 +29,6 @@ PROVIDERS = {
     "chat": ("gpt-4o-mini", "openai_main", "gpt-4o-mini-2024-07-18", "/v1/chat/completions"),
     "responses": (CODEX, "openai_main", CODEX_UPSTREAM, "/v1/responses"),
 }
-# (client protocol, provider protocol) pairs no translator joins: refused per target.
-REFUSED = {("messages", "responses")}
 FUNCTION = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"
 
@@ -80,13 +79,6 @@ def test_every_client_with_every_provider(client: str, provider: str, stream: bo
     model, fake_name, upstream, path = PROVIDERS[provider]
     fake = getattr(fakes, fake_name)
     fake.script(upstream, Reply(text=f"hello from {provider}"))
-    if (client, provider) in REFUSED:
-        errors: tuple[type[Exception], ...] = (anthropic.BadRequestError, openai.BadRequestError)
-        with pytest.raises(errors) as refused:
-            _ask(client, matrix, model, stream)
-        assert "cannot be converted" in str(refused.value)
-        assert [r for r in fake.received if r.path == path] == []  # refused before anything was sent
-        return
     assert _ask(client, matrix, model, stream) == f"hello from {provider}"
     (sent,) = [r for r in fake.received if r.path == path]
     assert sent.json["model"] == upstream
@@ -117,6 +109,28 @@ def test_a_responses_function_call_round_trips_through_a_foreign_provider(provid
     carried = json.dumps(second)
     assert call.call_id in carried and "sunny" in carried  # the call and its output reached the provider, paired
     outcome = [r for r in matrix.settled() if r["event"] == "request_finished"][-1]  # the stream's, written after its last event
+    assert outcome["served"]["model"] == upstream and outcome["usage"]["complete"] is True and outcome["cost_micro_usd"] > 0
+
+
+def test_a_messages_tool_use_round_trips_through_a_responses_provider(matrix: GatewayProcess, fakes: Fakes) -> None:
+    model, _, upstream, path = PROVIDERS["responses"]
+    fakes.openai_main.script(upstream, Reply(text="", tool_calls=(ToolCall("get_weather", {"city": "Seoul"}, id="call_1"),)), Reply(text="Sunny in Seoul."))
+    claude = anthropic.Anthropic(base_url=matrix.url, api_key=matrix.key("eng"), max_retries=0)
+    tool: Any = {"name": "get_weather", "description": "Weather", "input_schema": FUNCTION["parameters"]}
+    question: Any = {"role": "user", "content": "Weather in Seoul?"}
+    first = claude.messages.create(model=model, max_tokens=64, system="Be brief.", messages=[question], tools=[tool])
+    (use,) = [block for block in first.content if block.type == "tool_use"]
+    assert first.stop_reason == "tool_use" and use.name == "get_weather" and use.input == {"city": "Seoul"}
+    result: Any = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}
+    turns: Any = [question, {"role": "assistant", "content": [block.model_dump() for block in first.content]}, result]
+    with claude.messages.stream(model=model, max_tokens=64, system="Be brief.", messages=turns, tools=[tool]) as events:
+        final = events.get_final_message()
+    assert final.content[0].text == "Sunny in Seoul." and final.usage.output_tokens > 0
+    second = [r for r in fakes.openai_main.received if r.path == path][1].json
+    assert second["instructions"] == "Be brief." and second["store"] is False
+    assert [item["type"] for item in second["input"]][1:] == ["function_call", "function_call_output"]
+    assert second["input"][2] == {"type": "function_call_output", "call_id": use.id, "output": "sunny"}
+    outcome = [r for r in matrix.settled() if r["event"] == "request_finished"][-1]
     assert outcome["served"]["model"] == upstream and outcome["usage"]["complete"] is True and outcome["cost_micro_usd"] > 0
 
 

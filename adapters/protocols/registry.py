@@ -22,6 +22,7 @@ from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import ToolCall
 from portcullis.adapters.protocols.translators import (
     anthropic_messages_to_openai_chat,
+    anthropic_messages_to_openai_responses,
     openai_chat_to_anthropic_messages,
     openai_chat_to_openai_responses,
     openai_responses_to_anthropic_messages,
@@ -36,6 +37,7 @@ TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
     (anthropic_messages.PROTOCOL.name, openai_chat.PROTOCOL.name): anthropic_messages_to_openai_chat,
     (openai_chat.PROTOCOL.name, openai_responses.PROTOCOL.name): openai_chat_to_openai_responses,
+    (anthropic_messages.PROTOCOL.name, openai_responses.PROTOCOL.name): anthropic_messages_to_openai_responses,
     (openai_responses.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_responses_to_anthropic_messages,
     (openai_responses.PROTOCOL.name, openai_chat.PROTOCOL.name): openai_responses_to_openai_chat,
 }
