@@ -1,9 +1,9 @@
 """Every client protocol against every provider protocol, through the gateway with the
-official SDKs: every cell round-trips, plain and streamed (what one cell's provider
-cannot express is refused per field: below, and in each translator's tests). And tool calls through the translators: a Responses
-client's function calls both ways and a Messages client's tool use through a Responses
-provider, a freeform (custom) tool back as ``custom_tool_call`` with its raw input, and
-what a foreign provider cannot run refused."""
+official SDKs: every cell round-trips, plain and streamed (what a cell's provider cannot
+express is refused per field: below, and in each translator's tests). And tool calls
+through the translators: a Responses client's function calls both ways and a Messages
+client's tool use through a Responses provider, a freeform (custom) tool back as
+``custom_tool_call`` with its raw input, and what a foreign provider cannot run refused."""
 
 from __future__ import annotations
 
