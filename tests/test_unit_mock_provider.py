@@ -63,7 +63,7 @@ def _raw_events(path: str, request: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_responses_answers_a_shell_prompt_with_a_function_call() -> None:
     response = _openai().responses.create(model="gpt-5.5", input=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}],
-                                          tools=[EXEC])  # type: ignore[list-item]
+                                          tools=[EXEC])
     [call] = response.output
     assert call.type == "function_call" and call.name == "exec_command" and json.loads(call.arguments) == {"cmd": "echo portcullis-ok"}
     assert call.id is not None and call.id.startswith("fc_") and call.call_id.startswith("call_") and call.status == "completed"
@@ -79,7 +79,7 @@ def test_responses_streams_the_function_call_arguments() -> None:
     deltas = "".join(e["delta"] for e in raw if e["type"] == "response.function_call_arguments.delta")
     [done] = [e for e in raw if e["type"] == "response.function_call_arguments.done"]
     assert deltas == done["arguments"] == json.dumps({"cmd": "echo portcullis-ok"})
-    with _openai().responses.stream(model="gpt-5.5", input=PROMPT, tools=[EXEC]) as stream:  # type: ignore[list-item]
+    with _openai().responses.stream(model="gpt-5.5", input=PROMPT, tools=[EXEC]) as stream:
         types = [event.type for event in stream]
         final = stream.get_final_response()
     assert "response.output_text.delta" not in types and types[-1] == "response.completed"
@@ -92,8 +92,8 @@ def test_responses_answers_the_call_output_with_text() -> None:
         {"type": "function_call", "call_id": "call_1", "name": "exec_command", "arguments": '{"cmd": "echo portcullis-ok"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "portcullis-ok\n"},
     ]
-    assert "mock provider" in _openai().responses.create(model="gpt-5.5", input=turns, tools=[EXEC]).output_text  # type: ignore[list-item]
-    with _openai().responses.stream(model="gpt-5.5", input=turns, tools=[EXEC]) as stream:  # type: ignore[list-item]
+    assert "mock provider" in _openai().responses.create(model="gpt-5.5", input=turns, tools=[EXEC]).output_text
+    with _openai().responses.stream(model="gpt-5.5", input=turns, tools=[EXEC]) as stream:
         assert "mock provider" in "".join(e.delta for e in stream if e.type == "response.output_text.delta")
 
 
@@ -110,8 +110,8 @@ def test_responses_answers_text_without_a_fresh_shell_prompt_and_tool(turns: Any
 
 def test_responses_prefers_exec_command_and_gives_other_shells_a_command() -> None:
     both = [{**EXEC, "name": "bash"}, EXEC]
-    assert json.loads(_openai().responses.create(model="m", input=PROMPT, tools=both).output[0].arguments) == {"cmd": "echo portcullis-ok"}  # type: ignore[arg-type, union-attr]
-    [call] = _openai().responses.create(model="m", input=PROMPT, tools=[{**EXEC, "name": "shell_command"}]).output  # type: ignore[list-item]
+    assert json.loads(_openai().responses.create(model="m", input=PROMPT, tools=both).output[0].arguments) == {"cmd": "echo portcullis-ok"}
+    [call] = _openai().responses.create(model="m", input=PROMPT, tools=[{**EXEC, "name": "shell_command"}]).output
     assert call.type == "function_call" and call.name == "shell_command" and json.loads(call.arguments) == {"command": "echo portcullis-ok"}
 
 
@@ -119,7 +119,7 @@ def test_responses_prefers_exec_command_and_gives_other_shells_a_command() -> No
 
 
 def test_chat_answers_a_shell_prompt_with_tool_calls() -> None:
-    choice = _openai().chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": PROMPT}], tools=[CHAT_SHELL]).choices[0]  # type: ignore[list-item]
+    choice = _openai().chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": PROMPT}], tools=[CHAT_SHELL]).choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     [call] = choice.message.tool_calls or []
     assert call.type == "function" and call.id.startswith("call_")
@@ -131,7 +131,7 @@ def test_chat_streams_the_tool_call() -> None:
     chunks = [ChatCompletionChunk.model_validate(event) for event in raw]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     messages: Any = [{"role": "user", "content": PROMPT}]
-    with _openai().chat.completions.stream(model="m", messages=messages, tools=[CHAT_SHELL]) as stream:  # type: ignore[list-item]
+    with _openai().chat.completions.stream(model="m", messages=messages, tools=[CHAT_SHELL]) as stream:
         final = stream.get_final_completion()
     [call] = final.choices[0].message.tool_calls or []
     assert final.choices[0].finish_reason == "tool_calls" and json.loads(call.function.arguments) == {"command": "echo portcullis-ok"}
@@ -143,9 +143,9 @@ def test_chat_answers_the_tool_message_with_text() -> None:
         {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "portcullis-ok"},
     ]
-    choice = _openai().chat.completions.create(model="m", messages=messages, tools=[CHAT_SHELL]).choices[0]  # type: ignore[list-item]
+    choice = _openai().chat.completions.create(model="m", messages=messages, tools=[CHAT_SHELL]).choices[0]
     assert choice.finish_reason == "stop" and "mock provider" in (choice.message.content or "")
-    with _openai().chat.completions.stream(model="m", messages=messages, tools=[CHAT_SHELL]) as stream:  # type: ignore[list-item]
+    with _openai().chat.completions.stream(model="m", messages=messages, tools=[CHAT_SHELL]) as stream:
         assert "mock provider" in (stream.get_final_completion().choices[0].message.content or "")
 
 
@@ -153,7 +153,7 @@ def test_chat_answers_the_tool_message_with_text() -> None:
 
 
 def test_messages_answers_a_shell_prompt_with_tool_use() -> None:
-    message = _anthropic().messages.create(model="claude-opus-4-8", max_tokens=100, messages=[{"role": "user", "content": PROMPT}], tools=[BASH])  # type: ignore[list-item]
+    message = _anthropic().messages.create(model="claude-opus-4-8", max_tokens=100, messages=[{"role": "user", "content": PROMPT}], tools=[BASH])
     [block] = message.content
     assert message.stop_reason == "tool_use" and block.type == "tool_use" and block.id.startswith("toolu_")
     assert block.name == "Bash" and block.input == {"command": "echo portcullis-ok"}
@@ -164,7 +164,7 @@ def test_messages_streams_the_tool_use() -> None:
     adapter: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
     kinds = [adapter.validate_python(event).type for event in _raw_events("/v1/messages", request)]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
-    with _anthropic().messages.stream(model="m", max_tokens=100, messages=[{"role": "user", "content": PROMPT}], tools=[BASH]) as stream:  # type: ignore[list-item]
+    with _anthropic().messages.stream(model="m", max_tokens=100, messages=[{"role": "user", "content": PROMPT}], tools=[BASH]) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[0].type == "tool_use" and final.content[0].input == {"command": "echo portcullis-ok"}
 
@@ -175,7 +175,7 @@ def test_messages_answers_the_tool_result_with_text() -> None:
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "echo portcullis-ok"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "portcullis-ok"}]},
     ]
-    message = _anthropic().messages.create(model="m", max_tokens=100, messages=messages, tools=[BASH])  # type: ignore[list-item]
+    message = _anthropic().messages.create(model="m", max_tokens=100, messages=messages, tools=[BASH])
     assert message.stop_reason == "end_turn" and message.content[0].type == "text" and "mock provider" in message.content[0].text
-    with _anthropic().messages.stream(model="m", max_tokens=100, messages=messages, tools=[BASH]) as stream:  # type: ignore[list-item]
+    with _anthropic().messages.stream(model="m", max_tokens=100, messages=messages, tools=[BASH]) as stream:
         assert "mock provider" in "".join(stream.text_stream)
