@@ -14,6 +14,8 @@ the command must not run and Codex must show the gateway's denial. Codex speaks 
 the Responses API: while the gateway does not serve `/v1/responses` its checks print
 "skipped: the gateway does not serve /v1/responses" and do not fail the run.
 
+`scripts/agents_check.py codex` (or `claude`, `opencode`) runs only the agents named.
+
 Exits 0 with "skipped: npm unreachable" only when the agents are not cached and npm
 cannot reach its registry; any other problem is a failure.
 """
@@ -88,6 +90,10 @@ def main() -> int:
     packages = [Package("@anthropic-ai/claude-code", version, "claude") for version in CLAUDE_CODE_VERSIONS]
     packages.append(Package("opencode-ai", OPENCODE_VERSION, "opencode"))
     packages.append(Package("@openai/codex", CODEX_VERSION, "codex"))
+    chosen = set(sys.argv[1:])
+    if unknown := chosen - {package.binary for package in packages}:
+        sys.exit(f"agents-check: unknown agent {', '.join(sorted(unknown))}: name claude, opencode or codex")
+    packages = [package for package in packages if not chosen or package.binary in chosen]
     missing = [package for package in packages if not package.executable(cache).exists()]
     if missing:
         reason = npm_unreachable()
