@@ -10,9 +10,11 @@ the check too).
 
 Codex also runs a shell command the mock provider asks for (its output goes back on the
 next turn) and asks for `curl … | sh`, which the quickstart's integrity policy denies:
-the command must not run and Codex must show the gateway's denial. Codex speaks only
-the Responses API: while the gateway does not serve `/v1/responses` its checks print
-"skipped: the gateway does not serve /v1/responses" and do not fail the run.
+the command must not run and Codex must show the gateway's denial. opencode's stock
+`openai` provider runs a prompt and the shell command too, and every one of its requests
+must arrive as Responses. Codex speaks only the Responses API: while the gateway does not
+serve `/v1/responses` its checks print "skipped: the gateway does not serve
+/v1/responses" and do not fail the run.
 
 `scripts/agents_check.py codex` (or `claude`, `opencode`) runs only the agents named.
 
@@ -82,6 +84,10 @@ class Check:
     json_result: bool  # Claude Code's --output-format json
     answer: str = MOCK_ANSWER  # what the agent's answer must contain
     ran: str | None = None  # output the agent's log must show from a command it ran
+    # The line the agent logs just before a command's output. Codex: "exec", the command line,
+    # " succeeded in 0ms:"; opencode: "$ <command>" (after a colour reset even with NO_COLOR).
+    # The prompt, which names the command, is logged too: match the whole shape.
+    ran_after: str = r"[^\n]*succeeded in [^\n]*"
     not_ran: str | None = None  # a command the agent's log must not show running
     skip: str | None = None  # why the check cannot run against this gateway
     protocol: str | None = None  # the protocol every request must have come in on
@@ -216,8 +222,10 @@ def build_checks(packages: list[Package], cache: Path, work: Path, base: str, ke
             for extra, what in variants:
                 checks.append(Check(f"{label} ({what})", package, ["opencode", "run", *extra, PROMPT], env, False))
             # The stock `openai` provider (`@ai-sdk/openai`) speaks Responses: every call must arrive there.
-            checks.append(Check(f"{label} (openai provider, Responses)", package, ["opencode", "run", "-m", "openai/gpt-4o-mini", PROMPT],
-                                env, False, protocol="openai_responses"))
+            responses = ["opencode", "run", "-m", "openai/gpt-4o-mini"]
+            checks.append(Check(f"{label} (openai provider, Responses)", package, [*responses, PROMPT], env, False, protocol="openai_responses"))
+            checks.append(Check(f"{label} (openai provider, Responses, shell command)", package, [*responses, TOOL_PROMPT.format(command=TOOL_COMMAND)],
+                                env, False, ran=TOOL_OUTPUT, ran_after=r"(?:\x1b\[0m)?\$ (?:\x1b\[0m)?[^\n]*", protocol="openai_responses"))
     return checks
 
 
@@ -255,9 +263,7 @@ def run(check: Check, log: Path) -> bool | None:
     answer = _claude_result(output) if check.json_result else output
     refused = [status for _, status, _, _ in requests if status != "200"]
     elsewhere = check.protocol is not None and any(protocol != check.protocol for protocol, _, _, _ in requests)
-    # Codex logs each command it runs to stderr: "exec", the command line, " succeeded in 0ms:", its output
-    # (the prompt, which names the command, is logged too: match the whole shape).
-    ran = check.ran is None or bool(re.search(rf"succeeded in [^\n]*\n{re.escape(check.ran)}$", errors, re.M))
+    ran = check.ran is None or bool(re.search(rf"^{check.ran_after}\n{re.escape(check.ran)}$", errors, re.M))
     not_ran = check.not_ran is None or not re.search(rf"^exec\n[^\n]*{re.escape(check.not_ran)}", errors, re.M)
     ok = code == 0 and check.answer in answer and bool(requests) and not refused and not elsewhere and ran and not_ran
     served = ", ".join(f"{model} ({protocol} {status} {outcome})" for protocol, status, outcome, model in requests) or "no request reached the gateway"
