@@ -36,10 +36,9 @@ from portcullis.adapters.policy_input import decide
 from portcullis.adapters.protocols.interfaces import TokenCounting, WireProtocol
 from portcullis.adapters.protocols.registry import Route, protocol
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
-from portcullis.adapters.providers import UpstreamUnreachable
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
-from portcullis.adapters.upstream_errors import TryNext, unreachable
+from portcullis.adapters.upstream_errors import read_json
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
 from portcullis.engine.plan import Target
@@ -180,15 +179,7 @@ class Executor:
 
     async def _relay_body(self, exchange: Exchange, call: Call, attempt: Attempt) -> Response:
         upstream, pair = attempt.upstream, attempt.route
-        try:
-            raw = await upstream.read(MAX_RESPONSE_BYTES)
-            document = json.loads(raw)
-        except UpstreamUnreachable as failure:
-            raise TryNext(failure.reason, unreachable(failure)) from None
-        except ValueError:
-            raise TryNext("malformed_response", GatewayError(ErrorKind.UPSTREAM, "the provider returned a malformed response")) from None
-        finally:
-            upstream.release()
+        raw, document = await read_json(upstream, MAX_RESPONSE_BYTES)
         call.record(attempt.target, "ok", upstream.status)
         exchange.served = attempt.target
         usage = pair.upstream.wire.usage_of(document) if isinstance(document, dict) else None
@@ -236,15 +227,7 @@ class Executor:
 
         async def answer(attempt: Attempt) -> Response:
             upstream = attempt.upstream
-            try:
-                raw = await upstream.read(MAX_COUNT_BYTES)
-                document = json.loads(raw)
-            except UpstreamUnreachable as failure:
-                raise TryNext(failure.reason, unreachable(failure)) from None
-            except ValueError:
-                raise TryNext("malformed_response", GatewayError(ErrorKind.UPSTREAM, "the provider returned a malformed response")) from None
-            finally:
-                upstream.release()
+            raw, document = await read_json(upstream, MAX_COUNT_BYTES)
             call.record(attempt.target, "ok", upstream.status)
             tokens = document.get("input_tokens") if isinstance(document, dict) else None
             exchange.audit_outcome["counted_by"] = attempt.target.describe()

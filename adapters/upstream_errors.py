@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from portcullis.adapters.protocols.jsonbody import error_message
 from portcullis.adapters.providers import UpstreamResponse, UpstreamUnreachable
@@ -52,6 +53,20 @@ async def upstream_error(upstream: UpstreamResponse) -> GatewayError:
         return GatewayError(ErrorKind.UPSTREAM, f"the provider failed (status {status})", code="upstream_error")
     log.warning("provider refused the gateway's request with status %d; check the provider's credential, base_url and model IDs", status)
     return GatewayError(ErrorKind.UPSTREAM, "the provider refused the gateway's request", code="upstream_refused")
+
+
+async def read_json(upstream: UpstreamResponse, limit: int) -> tuple[bytes, Any]:
+    """A 2xx answer's bytes and their JSON, the connection released; an answer cut short or
+    not JSON is the next target's turn."""
+    try:
+        raw = await upstream.read(limit)
+        return raw, json.loads(raw)
+    except UpstreamUnreachable as failure:
+        raise TryNext(failure.reason, unreachable(failure)) from None
+    except ValueError:
+        raise TryNext("malformed_response", GatewayError(ErrorKind.UPSTREAM, "the provider returned a malformed response")) from None
+    finally:
+        upstream.release()
 
 
 def unreachable(failure: UpstreamUnreachable) -> GatewayError:

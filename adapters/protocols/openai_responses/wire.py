@@ -13,11 +13,12 @@ from typing import Any
 
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.protocols.jsonbody import invalid, optional_bool, optional_positive_int, parse_json_object, require_string
+from portcullis.adapters.protocols.openai_errors import error_object
 from portcullis.adapters.protocols.openai_responses import validator
 from portcullis.adapters.protocols.openai_responses.surfaces import declared_tools
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS, ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent, encode
-from portcullis.engine.errors import ErrorKind, GatewayError
+from portcullis.engine.errors import GatewayError
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
 
@@ -25,24 +26,6 @@ NAME = "openai_responses"
 UPSTREAM_PATH = "/responses"  # appended to a base_url that ends in /v1, as OpenAI SDKs expect
 TOKEN_COUNT_EXACT = True  # OpenAI counts input as tiktoken does
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
-
-_ERROR_TYPES = {
-    ErrorKind.INVALID_REQUEST: ("invalid_request_error", None),
-    ErrorKind.AUTHENTICATION: ("authentication_error", "invalid_api_key"),
-    ErrorKind.PAYMENT_REQUIRED: ("insufficient_quota", None),
-    ErrorKind.PERMISSION: ("permission_error", None),
-    ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
-    ErrorKind.METHOD_NOT_ALLOWED: ("invalid_request_error", None),
-    ErrorKind.UPGRADE_REQUIRED: ("invalid_request_error", None),
-    ErrorKind.REQUEST_TIMEOUT: ("invalid_request_error", "timeout"),
-    ErrorKind.REQUEST_TOO_LARGE: ("invalid_request_error", "request_too_large"),
-    ErrorKind.HEADERS_TOO_LARGE: ("invalid_request_error", "request_too_large"),
-    ErrorKind.RATE_LIMITED: ("rate_limit_error", "rate_limit_exceeded"),
-    ErrorKind.INTERNAL: ("server_error", None),
-    ErrorKind.UPSTREAM: ("server_error", None),
-    ErrorKind.UNAVAILABLE: ("server_error", None),
-    ErrorKind.TIMEOUT: ("server_error", "timeout"),
-}
 
 
 def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
@@ -73,7 +56,7 @@ def client_wants_usage(request: ParsedRequest) -> bool:
 
 
 def error_body(error: GatewayError, request_id: str) -> bytes:
-    return json.dumps({"error": _error_object(error)}).encode()
+    return json.dumps({"error": error_object(error)}).encode()
 
 
 def stream_error(error: GatewayError) -> bytes:
@@ -81,14 +64,10 @@ def stream_error(error: GatewayError) -> bytes:
     has them, and the error object under ``error`` too, which is what the openai SDK
     raises an ``APIError`` on. The gateway writes it outside the provider's numbering,
     so its ``sequence_number`` is 0."""
-    detail = _error_object(error)
+    detail = error_object(error)
     document = {"type": "error", "code": detail["code"], "message": detail["message"], "param": None, "sequence_number": 0, "error": detail}
     return encode(document, "error")
 
-
-def _error_object(error: GatewayError) -> dict[str, Any]:
-    kind, native_code = _ERROR_TYPES[error.kind]  # OpenAI's own code where it has one, so SDK users' checks work
-    return {"message": error.message, "type": kind, "param": None, "code": native_code or error.error_code}
 
 
 # --- egress -----------------------------------------------------------------------
