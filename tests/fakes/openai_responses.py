@@ -24,15 +24,23 @@ PATH = "/v1/responses"
 ENCRYPTED = "gAAAAABfake-encrypted-reasoning=="  # what the provider hands back for replay, opaque to everyone else
 
 
-async def handle(fake: FakeProvider, request: Request) -> Response:
+async def received(fake: FakeProvider, request: Request) -> tuple[dict[str, Any], Response | None]:
+    """The request recorded, its bearer credential checked and its body parsed, as OpenAI
+    checks them before anything else: (payload, None), or ({}, the error answer)."""
     body = await request.body()
     fake.received.append(Received(request.url.path, dict(request.headers), body))
     if request.headers.get("authorization", "").removeprefix("Bearer ") not in fake.accepted_keys:
-        return error(401, "Incorrect API key provided.", "invalid_api_key")
+        return {}, error(401, "Incorrect API key provided.", "invalid_api_key")
     try:
-        payload = json.loads(body)
+        return json.loads(body), None
     except ValueError:
-        return error(400, "We could not parse the JSON body of your request.")
+        return {}, error(400, "We could not parse the JSON body of your request.")
+
+
+async def handle(fake: FakeProvider, request: Request) -> Response:
+    payload, refused = await received(fake, request)
+    if refused is not None:
+        return refused
     if "model" not in payload or "input" not in payload:
         return error(400, "Missing required parameter: 'model' or 'input'.")
     behaviour = fake.next_behaviour(payload["model"])
@@ -53,14 +61,9 @@ INPUT_TOKENS_PATH = "/v1/responses/input_tokens"
 
 async def input_tokens(fake: FakeProvider, request: Request) -> Response:
     """OpenAI's count of a Responses request's input; scripted failures apply by model."""
-    body = await request.body()
-    fake.received.append(Received(request.url.path, dict(request.headers), body))
-    if request.headers.get("authorization", "").removeprefix("Bearer ") not in fake.accepted_keys:
-        return error(401, "Incorrect API key provided.", "invalid_api_key")
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return error(400, "We could not parse the JSON body of your request.")
+    payload, refused = await received(fake, request)
+    if refused is not None:
+        return refused
     if "model" not in payload:
         return error(400, "Missing required parameter: 'model'.")
     behaviour = fake.next_behaviour(payload["model"])
