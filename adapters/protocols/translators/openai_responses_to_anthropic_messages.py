@@ -40,28 +40,12 @@ from portcullis.engine.plan import Target
 
 TARGET = "Anthropic Messages"
 
-_CONVERTED = {
-    "model",
-    "input",
-    "instructions",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "stream",
-    "text",
-    "reasoning",
-    "user",
-    "safety_identifier",
-}
 # Stop reasons that leave the response incomplete, with the Responses reason.
 _INCOMPLETE = {"max_tokens": "max_output_tokens", "model_context_window_exceeded": "max_output_tokens", "refusal": "content_filter"}
 
 
 def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
-    read.check_members(body, _CONVERTED, TARGET)
+    read.check_members(body, TARGET)
     if read.text_format(body) is not None:
         raise invalid(f"text.format: structured output cannot be converted for {TARGET}")
     if body.get("reasoning") is not None and not isinstance(body["reasoning"], dict):

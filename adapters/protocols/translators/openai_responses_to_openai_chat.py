@@ -39,27 +39,11 @@ from portcullis.engine.plan import Target
 
 TARGET = "an OpenAI-compatible Chat provider"
 
-_CONVERTED = {
-    "model",
-    "input",
-    "instructions",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "stream",
-    "text",
-    "reasoning",
-    "user",
-    "safety_identifier",
-}
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
-    read.check_members(body, _CONVERTED, TARGET)
+    read.check_members(body, TARGET)
     out: dict[str, Any] = {"model": target.model, "messages": _messages(read.turns(body, TARGET))}
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]

@@ -24,6 +24,23 @@ from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.translators.responses_events import CUSTOM_SUFFIX, check_function_name, custom_description, custom_parameters
 from portcullis.engine.errors import excerpt
 
+# The members both foreign providers' translators convert (what each does with them is its own).
+CONVERTED = {
+    "model",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "stream",
+    "text",
+    "reasoning",
+    "user",
+    "safety_identifier",
+}
 DROPPED = {"store", "include", "metadata", "service_tier", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "stream_options"}
 # Members accepted only at the value that asks for nothing.
 _NO_OP: dict[str, Any] = {"truncation": "disabled", "background": False, "top_logprobs": 0}
@@ -71,9 +88,9 @@ class Tool:
     strict: bool | None = None
 
 
-def check_members(body: Mapping[str, Any], converted: set[str], target: str) -> None:
+def check_members(body: Mapping[str, Any], target: str) -> None:
     for name, value in body.items():
-        if name in converted or name in DROPPED or value is None:
+        if name in CONVERTED or name in DROPPED or value is None:
             continue
         if name in _NO_OP and value == _NO_OP[name]:
             continue
