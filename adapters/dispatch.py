@@ -49,6 +49,7 @@ class Call:
     extra_headers: Callable[[str], Mapping[str, str]] = _no_headers
     attempts: list[dict[str, Any]] = field(default_factory=list)  # each target tried, for the audit record
     path: str | None = None  # the endpoint called; None: the upstream protocol's inference path
+    stream: bool = False  # the inference path of a streamed answer (Bedrock names it apart)
 
     def record(self, target: Target, outcome: str, status: int | None = None) -> None:
         self.attempts.append({**target.describe(), "outcome": outcome, "status": status})
@@ -79,7 +80,7 @@ class Dispatcher:
 
     def protocol_of(self, target: Target, default: str | None = None) -> str:
         """The protocol ``target``'s provider speaks (a provider that speaks any: ``default``)."""
-        return self._providers[target.provider].protocol or default or DEFAULT_UPSTREAM
+        return self._providers[target.provider].protocol_for(target.model, default) or default or DEFAULT_UPSTREAM
 
     async def dispatch(self, call: Call, answer: Callable[[Attempt], Awaitable[T]]) -> T:
         """``answer`` reads a 2xx response into the caller's result, records the attempt
@@ -110,7 +111,7 @@ class Dispatcher:
             headers = pair.upstream.wire.upstream_headers(key.secret, call.forward_headers)  # the credential joins only here
             headers.update(call.extra_headers(target.provider))
             try:
-                upstream = await provider.send(call.path or pair.upstream.wire.UPSTREAM_PATH, call.query, headers, body)
+                upstream = await provider.send(call.path or pair.upstream.wire.upstream_path(target.model, call.stream), call.query, headers, body)
             except UpstreamUnreachable as failure:
                 call.record(target, failure.reason)
                 last_error = unreachable(failure)

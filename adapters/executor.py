@@ -160,6 +160,7 @@ class Executor:
             extra_headers=extra_headers,
             attempts=exchange.attempts,
             path=path,
+            stream=request.stream and path is None,
         )
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
@@ -207,7 +208,7 @@ class Executor:
         exchange.served = attempt.target
         assert exchange.request is not None
         converter = attempt.route.stream_converter(exchange.request, int(time.time()))
-        headers = {**self._headers(exchange), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+        headers = {**self._headers(exchange), "content-type": exchange.protocol.wire.FRAMING.CONTENT_TYPE, "cache-control": "no-cache"}
         body = relay.body(converter)
         opening = await anext(body, b"")  # started now, so closing it always settles and audits
         return RelayedStream(200, headers, opening, body)
@@ -304,4 +305,5 @@ class Executor:
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:
         log_request(exchange, error.kind.status, error.code or error.kind.name.lower())
-        return error_response(exchange.protocol.wire.error_body(error, exchange.request_id), error, exchange.request_id)
+        wire = exchange.protocol.wire
+        return error_response(wire.error_body(error, exchange.request_id), error, exchange.request_id, wire.error_headers(error, exchange.request_id))

@@ -120,7 +120,7 @@ class Governance(Step[Metering]):
         counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
         sizes = []
         for target in targets:
-            exact = protocol(self._providers[target.provider].protocol or request.protocol).wire.TOKEN_COUNT_EXACT
+            exact = protocol(self._providers[target.provider].protocol_for(target.model, request.protocol) or request.protocol).wire.TOKEN_COUNT_EXACT
             if exact not in counted:
                 counted[exact] = await self._count(request, exact)
             ceiling = min(request.max_tokens or target.max_output_tokens, target.max_output_tokens) * request.choices

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from portcullis.adapters.error_responses import error_response, generic_error_body
 from portcullis.adapters.ingress import new_request_id
-from portcullis.adapters.protocols import anthropic_messages, openai_chat
+from portcullis.adapters.protocols import anthropic_messages, aws_errors, openai_chat
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 
 log = logging.getLogger("portcullis.http")
@@ -56,7 +56,6 @@ def request_id_for(scope: Scope) -> str:
 # --- unknown routes and methods --------------------------------------------------------
 
 BEDROCK_PREFIX = "/model/"
-_AWS_ERROR_TYPES = {404: "UnknownOperationException", 405: "UnknownOperationException", 500: "InternalServerException"}
 
 
 def family_of(request: Request) -> str:
@@ -98,10 +97,8 @@ def protocol_error(family: str, error: GatewayError, request_id: str, headers: d
     if family == "anthropic":
         body = anthropic_messages.PROTOCOL.wire.error_body(error, request_id)
     elif family == "aws":
-        # botocore reads the error type from this header and the message from the body.
-        headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(error.kind.status, "ValidationException")
-        headers["x-amzn-RequestId"] = request_id
-        body = json.dumps({"message": error.message}).encode()
+        headers.update(aws_errors.error_headers(error, request_id))
+        body = aws_errors.error_body(error, request_id)
     elif family == "openai" and error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED, ErrorKind.UPGRADE_REQUIRED):
         # Not a model: OpenAI's own code for these is none, so Portcullis's stands.
         body = json.dumps({"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}).encode()

@@ -79,8 +79,8 @@ async def parse_request(
     query = http.scope["query_string"].decode("latin-1")
     parse = protocol.parser(operation)
     if len(raw) <= limits.offload_bytes:
-        return parse(raw, http.headers, query, limits)
-    parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, limits, parse)
+        return parse(raw, http.headers, query, limits, http.path_params)
+    parsed, refusal = await off_loop(len(raw), parse_apart, protocol, raw, http.headers, query, limits, http.path_params, parse)
     if refusal is not None:
         raise refusal
     assert parsed is not None

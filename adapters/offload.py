@@ -86,14 +86,14 @@ def collector_paused() -> Iterator[None]:
 
 
 def parse_apart(
-    protocol: WireProtocol, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits, parse: Parse | None = None
+    protocol: WireProtocol, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits, path: Mapping[str, str], parse: Parse | None = None
 ) -> tuple[ParsedRequest | None, GatewayError | None]:
     """``protocol.wire.parse`` (or the operation's ``parse``) for a worker thread. A refusal
     comes back without its traceback: the traceback's frames hold the parsed body, which
     must be freed here, not on the event loop."""
     with collector_paused():
         try:
-            return (parse or protocol.wire.parse)(raw, headers, query, limits), None
+            return (parse or protocol.wire.parse)(raw, headers, query, limits, path), None
         except GatewayError as refusal:
             refusal.__traceback__ = refusal.__context__ = None
             return None, refusal

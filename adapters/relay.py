@@ -18,7 +18,7 @@ from portcullis.adapters.pipeline import Exchange, ResponseGuard
 from portcullis.adapters.protocols.interfaces import StreamConverter
 from portcullis.adapters.protocols.jsonbody import error_message
 from portcullis.adapters.protocols.registry import Route
-from portcullis.adapters.protocols.sse import SSEError, SSEEvent, SSEParser
+from portcullis.adapters.protocols.sse import SSEError, SSEEvent
 from portcullis.adapters.providers import UpstreamResponse, UpstreamUnreachable
 from portcullis.adapters.upstream_errors import TryNext, clip, unreachable
 from portcullis.engine.errors import ErrorKind, GatewayError
@@ -35,7 +35,7 @@ class StreamRelay:
         self._upstream = upstream
         self._guards = guards
         self._finish = finish
-        self._parser = SSEParser()
+        self._parser = pair.upstream.wire.FRAMING.Parser()
         self._meter = pair.upstream.wire.StreamUsage()
         self._chunks = upstream.chunks()
         self._pending: list[SSEEvent] = []

@@ -56,6 +56,9 @@ class ScriptedProvider:
 
     protocol = "anthropic_messages"
 
+    def protocol_for(self, model: str, client: str | None) -> str | None:
+        return self.protocol
+
     def __init__(self, name: str, *script: tuple[int, list[bytes]]) -> None:
         self.name = name
         self.script = list(script)

@@ -52,9 +52,9 @@ def test_the_collector_pause_nests_and_restores_the_state_it_found() -> None:
 
 def test_a_refusal_from_the_worker_comes_back_without_the_parsed_body() -> None:
     raw = b'{"model": "m", "max_tokens": 5, "messages": [{"role": ["user"], "content": "x"}]}'
-    parsed, refusal = offload.parse_apart(anthropic_messages, raw, {}, "", DEFAULT_LIMITS)
+    parsed, refusal = offload.parse_apart(anthropic_messages, raw, {}, "", DEFAULT_LIMITS, {})
     assert parsed is None and refusal is not None
     assert refusal.__traceback__ is None and refusal.__context__ is None  # the frames that held the body are gone
     assert refusal.message == "messages[0].role: expected a string, got an array"
     with pytest.raises(AttributeError):  # a gateway bug is not turned into a refusal
-        offload.parse_apart(anthropic_messages, b'{"model": "m", "max_tokens": 5, "messages": []}', {}, "", None)  # type: ignore[arg-type]
+        offload.parse_apart(anthropic_messages, b'{"model": "m", "max_tokens": 5, "messages": []}', {}, "", None, {})  # type: ignore[arg-type]

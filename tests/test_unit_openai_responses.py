@@ -296,7 +296,7 @@ def test_a_custom_call_is_judged_on_its_raw_input_and_a_cut_call_is_denied() -> 
 
 
 def test_the_protocol_is_registered_under_its_name() -> None:
-    assert PROTOCOL.name == wire.NAME == "openai_responses" and wire.UPSTREAM_PATH == "/responses" and wire.TOKEN_COUNT_EXACT
+    assert PROTOCOL.name == wire.NAME == "openai_responses" and wire.upstream_path("m", False) == "/responses" and wire.TOKEN_COUNT_EXACT
 
 
 def _stream(reply: Reply) -> list[SSEEvent]:

@@ -95,7 +95,7 @@ def test_the_checks_catch_a_missing_member_and_a_renamed_parameter() -> None:
 
     assert not isinstance(Partial, Wire)
     wrong = _satisfies(Partial, Wire)
-    assert "UPSTREAM_PATH: missing" in wrong and any(w.startswith("parse(body") for w in wrong)
+    assert "FRAMING: missing" in wrong and any(w.startswith("parse(body") for w in wrong)
 
 
 def test_every_pair_of_registered_protocols_is_passed_through_translated_or_refused() -> None:

@@ -31,6 +31,24 @@ if TYPE_CHECKING:
     from portcullis.engine.pricing import Usage
 
 
+class StreamParser(Protocol):
+    """A provider's stream bytes in, its events out (``SSEError`` when malformed)."""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]: ...
+    def close(self) -> list[SSEEvent]: ...
+
+
+class Framing(Protocol):
+    """How a protocol's stream is framed on the wire: server-sent events, or the AWS
+    event stream. Events are framing-neutral (``SSEEvent``: a name and JSON data), so
+    meters, guards and converters read every protocol's events one way."""
+
+    CONTENT_TYPE: str  # of a streamed response in this protocol
+    Parser: Callable[[], StreamParser]
+
+    def frame(self, event: SSEEvent) -> bytes: ...  # an event's bytes on this framing
+
+
 class StreamMeter(Protocol):
     """Usage read off a provider's stream as it passes. ``complete``: the stream ended
     properly; ``known``: it reported final usage."""
@@ -62,16 +80,18 @@ class Wire(Protocol):
     """The protocol on the wire, as ingress (client side) and as egress (provider side)."""
 
     NAME: str
-    UPSTREAM_PATH: str  # appended to a provider's base_url
     TOKEN_COUNT_EXACT: bool  # its providers count input as tiktoken does (else an upper bound is used)
+    FRAMING: Framing  # of its streams, both ways
 
-    # ingress
-    def parse(self, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits) -> ParsedRequest: ...
+    # ingress; ``path``: the route's path parameters (Bedrock names the model and the operation there)
+    def parse(self, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits, path: Mapping[str, str]) -> ParsedRequest: ...
     def error_body(self, error: GatewayError, request_id: str) -> bytes: ...
+    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]: ...  # a refusal's own headers, beyond the gateway's
     def stream_error(self, error: GatewayError) -> bytes: ...
     def client_wants_usage(self, request: ParsedRequest) -> bool: ...
 
     # egress
+    def upstream_path(self, model: str, stream: bool) -> str: ...  # appended to a provider's base_url
     def upstream_headers(self, api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]: ...
     def passthrough_body(self, request: ParsedRequest, upstream_model: str, ceiling: int | None) -> bytes: ...
     def cap_output(self, body: dict[str, Any], ceiling: int) -> None: ...
@@ -83,7 +103,7 @@ class Wire(Protocol):
     StreamUsage: Callable[[], StreamMeter]
 
 
-Parse = Callable[[bytes, "Mapping[str, str]", str, "RequestLimits"], "ParsedRequest"]
+Parse = Callable[[bytes, "Mapping[str, str]", str, "RequestLimits", "Mapping[str, str]"], "ParsedRequest"]
 
 
 @runtime_checkable
@@ -91,9 +111,9 @@ class TokenCounting(Protocol):
     """A protocol's token-count endpoint (optional): the body is a request of the
     protocol without an output limit; the provider answers the input's size."""
 
-    PATH: str  # the count endpoint, appended to a provider's base_url as ``Wire.UPSTREAM_PATH`` is
+    PATH: str  # the count endpoint, appended to a provider's base_url as ``Wire.upstream_path`` is
 
-    def parse(self, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits) -> ParsedRequest: ...
+    def parse(self, raw: bytes, headers: Mapping[str, str], query: str, limits: RequestLimits, path: Mapping[str, str]) -> ParsedRequest: ...
     def estimate_body(self, tokens: int) -> bytes: ...  # a locally counted answer, in the provider's shape
 
 

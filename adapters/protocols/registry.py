@@ -9,6 +9,7 @@ next one)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from portcullis.adapters.protocols.translators import (
     openai_responses_to_anthropic_messages,
     openai_responses_to_openai_chat,
 )
+from portcullis.adapters.protocols.translators.composed import Composed
 from portcullis.engine.plan import Target
 
 log = logging.getLogger("portcullis.protocols")
@@ -41,6 +43,8 @@ TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_responses.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_responses_to_anthropic_messages,
     (openai_responses.PROTOCOL.name, openai_chat.PROTOCOL.name): openai_responses_to_openai_chat,
 }
+# Pairs without a translator of their own go through this protocol, when both halves exist.
+HUB = anthropic_messages.PROTOCOL.name
 # The protocol of the gateway's own calls (a classifier's) to a provider that speaks
 # every protocol (the mock).
 DEFAULT_UPSTREAM = openai_chat.PROTOCOL.name
@@ -78,6 +82,13 @@ def _check_all() -> None:
 _check_all()
 
 
+def _through_hub(client_protocol: str, upstream_protocol: str) -> Translator | None:
+    first, second = TRANSLATORS.get((client_protocol, HUB)), TRANSLATORS.get((HUB, upstream_protocol))
+    if first is None or second is None:
+        return None
+    return Composed(first, second, PROTOCOLS[HUB].wire.FRAMING)
+
+
 def protocol(name: str) -> WireProtocol:
     return PROTOCOLS[name]
 
@@ -97,7 +108,7 @@ class Passthrough:
                     return []
             except ValueError:
                 pass
-        return [event.raw]
+        return [self._upstream.FRAMING.frame(event)]
 
     def finish(self) -> list[bytes]:
         return []
@@ -148,12 +159,13 @@ class Route:
         return self.translator.StreamConverter(wants_usage, created)
 
 
+@functools.cache
 def route(client_protocol: str, upstream_protocol: str) -> Route:
     client = PROTOCOLS[client_protocol]
     if client_protocol == upstream_protocol:
         return Route(client, client, None)
     upstream = PROTOCOLS[upstream_protocol]
-    translator = TRANSLATORS.get((client_protocol, upstream_protocol))
+    translator = TRANSLATORS.get((client_protocol, upstream_protocol)) or _through_hub(client_protocol, upstream_protocol)
     if translator is None:
         return Route(client, upstream, None, f"this model's provider speaks {upstream_protocol}; a {client_protocol} request cannot be converted")
     return Route(client, upstream, translator)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from portcullis.adapters.config import RequestLimits
 
 DEFAULT_LIMITS = RequestLimits()
+NO_PATH: Mapping[str, str] = MappingProxyType({})  # a route without path parameters
 
 
 @dataclass

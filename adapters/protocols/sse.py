@@ -14,12 +14,18 @@ _LINE_END = re.compile(r"\r\n|\r|\n")  # not str.splitlines(): U+2028 and U+0085
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
+CONTENT_TYPE = "text/event-stream; charset=utf-8"
+
+
 class SSEError(ValueError):
-    """The upstream stream is not well-formed SSE."""
+    """The upstream stream is not well-formed (SSE, or another framing's subclass)."""
 
 
 @dataclass(frozen=True)
 class SSEEvent:
+    """One event of a stream, whatever its framing: its name, its data (JSON text) and
+    its bytes as received (empty when the gateway made it)."""
+
     event: str | None
     data: str
     raw: bytes  # exactly as received, terminating blank line included
@@ -90,3 +96,17 @@ def _dumps(document: Any) -> str:
     except UnicodeEncodeError:  # a lone surrogate a provider sent escaped: it goes back escaped, as valid JSON
         text = json.dumps(document, separators=(",", ":"))
     return text
+
+
+class SSEFraming:
+    """The ``Framing`` of server-sent events: an event goes out as its own bytes."""
+
+    CONTENT_TYPE = CONTENT_TYPE
+    Parser = SSEParser
+
+    @staticmethod
+    def frame(event: SSEEvent) -> bytes:
+        return event.raw if event.raw else encode(event.data, event.event)
+
+
+SSE_FRAMING = SSEFraming()

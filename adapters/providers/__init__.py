@@ -33,7 +33,11 @@ class UpstreamResponse(Protocol):
 
 class Provider(Protocol):
     name: str
-    protocol: str | None  # None: speaks whatever protocol the client does (mock)
+
+    def protocol_for(self, model: str, client: str | None) -> str | None:
+        """The protocol a call to ``model`` speaks, for a client speaking ``client``
+        (None: the client's, whichever it is: the mock)."""
+        ...
 
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> UpstreamResponse: ...
     async def close(self) -> None: ...

@@ -57,6 +57,9 @@ class HttpProvider:
             self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=True, skip_auto_headers=("User-Agent",))
         return self._session
 
+    def protocol_for(self, model: str, client: str | None) -> str | None:
+        return self.protocol
+
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> HttpResponse:
         url = f"{self._config.base_url}{path}" + (f"?{query}" if query else "")
         try:

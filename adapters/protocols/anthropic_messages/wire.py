@@ -18,14 +18,15 @@ from portcullis.adapters.protocols.jsonbody import (
     parse_json_object,
     require_string,
 )
-from portcullis.adapters.protocols.request import DEFAULT_LIMITS, ParsedRequest
-from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
+from portcullis.adapters.protocols.sse import SSE_FRAMING, SSEEvent, encode
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
 
 NAME = "anthropic_messages"
 UPSTREAM_PATH = "/v1/messages"  # appended to a base_url without /v1, as Anthropic SDKs expect
+FRAMING = SSE_FRAMING
 TOKEN_COUNT_EXACT = False  # Claude's tokenizer is not tiktoken: input is bounded, not counted
 DEFAULT_VERSION = "2023-06-01"
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
@@ -49,7 +50,7 @@ _ERROR_TYPES = {
 }
 
 
-def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS, path: Mapping[str, str] = NO_PATH) -> ParsedRequest:
     return parse_messages(raw, headers, query, limits, counting=False)
 
 
@@ -88,6 +89,10 @@ def _beta_query(query: str) -> str:
 # --- errors -----------------------------------------------------------------------
 
 
+def error_headers(error: GatewayError, request_id: str) -> dict[str, str]:
+    return {}
+
+
 def error_body(error: GatewayError, request_id: str) -> bytes:
     return json.dumps({"type": "error", "error": _error_object(error), "request_id": request_id}).encode()
 
@@ -102,6 +107,10 @@ def _error_object(error: GatewayError) -> dict[str, Any]:
 
 
 # --- egress -----------------------------------------------------------------------
+
+
+def upstream_path(model: str, stream: bool) -> str:
+    return UPSTREAM_PATH
 
 
 def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:

@@ -20,19 +20,20 @@ from portcullis.adapters.protocols.jsonbody import (
 from portcullis.adapters.protocols.openai_chat import validator
 from portcullis.adapters.protocols.openai_chat.surfaces import declared_tools
 from portcullis.adapters.protocols.openai_errors import error_object
-from portcullis.adapters.protocols.request import DEFAULT_LIMITS, ParsedRequest
-from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
+from portcullis.adapters.protocols.sse import SSE_FRAMING, SSEEvent, encode
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
 
 NAME = "openai_chat"
 UPSTREAM_PATH = "/chat/completions"  # appended to a base_url that ends in /v1, as OpenAI SDKs expect
+FRAMING = SSE_FRAMING
 TOKEN_COUNT_EXACT = True  # OpenAI-compatible servers count input as tiktoken does
 DONE = b"data: [DONE]\n\n"
 
 
-def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS, path: Mapping[str, str] = NO_PATH) -> ParsedRequest:
     body = parse_json_object(raw)
     model = require_string(body, "model")
     messages = require_list(body, "messages")
@@ -60,6 +61,10 @@ def client_wants_usage(request: ParsedRequest) -> bool:
 # --- errors -----------------------------------------------------------------------
 
 
+def error_headers(error: GatewayError, request_id: str) -> dict[str, str]:
+    return {}
+
+
 def error_body(error: GatewayError, request_id: str) -> bytes:
     return json.dumps({"error": error_object(error)}).encode()
 
@@ -70,6 +75,10 @@ def stream_error(error: GatewayError) -> bytes:
 
 
 # --- egress -----------------------------------------------------------------------
+
+
+def upstream_path(model: str, stream: bool) -> str:
+    return UPSTREAM_PATH
 
 
 def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:

@@ -16,19 +16,20 @@ from portcullis.adapters.protocols.jsonbody import invalid, optional_bool, optio
 from portcullis.adapters.protocols.openai_errors import error_object
 from portcullis.adapters.protocols.openai_responses import validator
 from portcullis.adapters.protocols.openai_responses.surfaces import declared_tools
-from portcullis.adapters.protocols.request import DEFAULT_LIMITS, ParsedRequest
-from portcullis.adapters.protocols.sse import SSEEvent, encode
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
+from portcullis.adapters.protocols.sse import SSE_FRAMING, SSEEvent, encode
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.pricing import Usage
 from portcullis.engine.rawjson import set_member
 
 NAME = "openai_responses"
 UPSTREAM_PATH = "/responses"  # appended to a base_url that ends in /v1, as OpenAI SDKs expect
+FRAMING = SSE_FRAMING
 TOKEN_COUNT_EXACT = True  # OpenAI counts input as tiktoken does
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
 
-def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS) -> ParsedRequest:
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS, path: Mapping[str, str] = NO_PATH) -> ParsedRequest:
     body = parse_json_object(raw)
     model = require_string(body, "model")
     for stored in ("previous_response_id", "conversation"):  # the provider would add turns the gateway never saw
@@ -55,6 +56,10 @@ def client_wants_usage(request: ParsedRequest) -> bool:
 # --- errors -----------------------------------------------------------------------
 
 
+def error_headers(error: GatewayError, request_id: str) -> dict[str, str]:
+    return {}
+
+
 def error_body(error: GatewayError, request_id: str) -> bytes:
     return json.dumps({"error": error_object(error)}).encode()
 
@@ -71,6 +76,10 @@ def stream_error(error: GatewayError) -> bytes:
 
 
 # --- egress -----------------------------------------------------------------------
+
+
+def upstream_path(model: str, stream: bool) -> str:
+    return UPSTREAM_PATH
 
 
 def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:

@@ -29,6 +29,9 @@ class MockProvider:
     def __init__(self, name: str) -> None:
         self.name = name
 
+    def protocol_for(self, model: str, client: str | None) -> str | None:
+        return None  # whichever the client speaks
+
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> MockResponse:
         request = json.loads(body)
         words = _reply(request).split(" ")

@@ -1,0 +1,52 @@
+"""Errors as Bedrock Runtime renders them, for its clients (boto3, the AWS SDKs,
+``AnthropicBedrock``): a JSON ``{"message": ...}`` body, the error type in the
+``x-amzn-ErrorType`` header (botocore reads the code from it) and the request id in
+``x-amzn-RequestId``; in a stream, an exception frame whose type is the same name in
+lower camel case, as Bedrock writes them."""
+
+from __future__ import annotations
+
+import json
+
+from portcullis.adapters.protocols.eventstream import exception_frame
+from portcullis.engine.errors import ErrorKind, GatewayError
+
+_TYPES = {
+    ErrorKind.INVALID_REQUEST: "ValidationException",
+    ErrorKind.AUTHENTICATION: "UnrecognizedClientException",
+    ErrorKind.PAYMENT_REQUIRED: "ServiceQuotaExceededException",
+    ErrorKind.PERMISSION: "AccessDeniedException",
+    ErrorKind.NOT_FOUND: "ResourceNotFoundException",
+    ErrorKind.METHOD_NOT_ALLOWED: "UnknownOperationException",
+    ErrorKind.UPGRADE_REQUIRED: "UnknownOperationException",
+    ErrorKind.REQUEST_TIMEOUT: "ValidationException",
+    ErrorKind.REQUEST_TOO_LARGE: "ValidationException",
+    ErrorKind.HEADERS_TOO_LARGE: "ValidationException",
+    ErrorKind.RATE_LIMITED: "ThrottlingException",
+    ErrorKind.INTERNAL: "InternalServerException",
+    ErrorKind.UPSTREAM: "InternalServerException",
+    ErrorKind.UNAVAILABLE: "ServiceUnavailableException",
+    ErrorKind.TIMEOUT: "ModelTimeoutException",
+}
+# Codes that say more than the kind does.
+_CODE_TYPES = {"invalid_signature": "InvalidSignatureException", "signature_expired": "InvalidSignatureException", "unknown_route": "UnknownOperationException"}
+
+
+def error_type(error: GatewayError) -> str:
+    return _CODE_TYPES.get(error.code or "", _TYPES.get(error.kind, "InternalServerException"))
+
+
+def error_body(error: GatewayError, request_id: str) -> bytes:
+    return json.dumps({"message": error.message}).encode()
+
+
+def error_headers(error: GatewayError, request_id: str) -> dict[str, str]:
+    return {"x-amzn-ErrorType": error_type(error), "x-amzn-RequestId": request_id}
+
+
+def stream_error(error: GatewayError) -> bytes:
+    """The exception frame that ends a stream the gateway cannot finish."""
+    name = error_type(error)
+    if error.kind is ErrorKind.UPSTREAM:
+        name = "ModelStreamErrorException"
+    return exception_frame(name[0].lower() + name[1:], error.message)
