@@ -15,7 +15,8 @@ TARGET = Target("gpt-4o-mini", "openai", "gpt-4o-mini-2024-07-18", "us-east-1", 
 
 
 def convert(**body) -> dict:
-    return translator.convert_request({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **body}, TARGET)
+    document = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **body}
+    return translator.convert_request(document, TARGET, bool(document.get("stream")))
 
 
 def test_system_blocks_thinking_history_and_inline_system_turns() -> None:

@@ -25,7 +25,8 @@ PAYLOAD = {"model": "gpt-5", "input": []}
 
 
 def convert(**body: Any) -> dict[str, Any]:
-    return translator.convert_request({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **body}, TARGET)
+    document = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **body}
+    return translator.convert_request(document, TARGET, bool(document.get("stream")))
 
 
 def _client(body: bytes, content_type: str) -> anthropic.Anthropic:

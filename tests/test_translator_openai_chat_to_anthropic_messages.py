@@ -15,7 +15,8 @@ TARGET = Target("claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5-20250929", 
 
 
 def convert(**body) -> dict:
-    return translator.convert_request({"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}, TARGET)
+    document = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}
+    return translator.convert_request(document, TARGET, bool(document.get("stream")))
 
 
 def test_defaults_and_sampling() -> None:

@@ -21,7 +21,8 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 
 
 def convert(**body: Any) -> dict[str, Any]:
-    return translator.convert_request({"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}, TARGET)
+    document = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}
+    return translator.convert_request(document, TARGET, bool(document.get("stream")))
 
 
 def test_defaults_never_store_and_leave_the_limit_to_the_gateway() -> None:

@@ -21,7 +21,8 @@ PATCH = '*** Begin Patch\n*** Add File: a.txt\n+hi "there"\n*** End Patch\n'
 
 
 def convert(**body) -> dict:
-    return translator.convert_request({"model": "m", "input": "hi", **body}, TARGET)
+    document = {"model": "m", "input": "hi", **body}
+    return translator.convert_request(document, TARGET, bool(document.get("stream")))
 
 
 def test_plain_input_instructions_sampling_and_cost_only_hints_dropped() -> None:

@@ -20,7 +20,8 @@ PATCH = "*** Begin Patch\n*** Delete File: b.txt\n*** End Patch\n"
 
 
 def convert(**body) -> dict:
-    return translator.convert_request({"model": "m", "input": "hi", **body}, TARGET)
+    document = {"model": "m", "input": "hi", **body}
+    return translator.convert_request(document, TARGET, bool(document.get("stream")))
 
 
 def test_plain_input_sampling_reasoning_effort_and_usage_for_metering() -> None:

@@ -146,7 +146,8 @@ class Translator(Protocol):
     """One (client protocol, provider protocol) pair: a pure conversion both ways."""
 
     TARGET: str  # the provider side, as error messages name it
-    def convert_request(self, body: Mapping[str, Any], target: Target) -> dict[str, Any]: ...
+    # ``stream``: the client asked for a stream (Bedrock clients say so in the path, not the body)
+    def convert_request(self, body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]: ...
     def convert_response(self, document: Mapping[str, Any], created: int) -> dict[str, Any]: ...
     StreamConverter: Callable[[bool, int], StreamConverter]
 

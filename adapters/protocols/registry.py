@@ -130,7 +130,7 @@ class Route:
         if self.translator is None:
             return self.upstream.wire.passthrough_body(request, target.model, ceiling)
         try:
-            converted = self.translator.convert_request(request.body, target)
+            converted = self.translator.convert_request(request.body, target, request.stream)
         except (TypeError, AttributeError, KeyError, ValueError) as error:
             # The translators check the fields they convert; a shape they did not foresee
             # is still the client's input, so it is a 400, not a gateway failure.

@@ -25,7 +25,7 @@ _CONVERTED = {"model", "messages", "max_tokens", "system", "stream", "temperatur
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use", "content_filter": "refusal"}
 
 
-def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
+def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
     for name, value in body.items():
         if name in _CONVERTED or value is None:
             continue
@@ -47,7 +47,7 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise invalid("stop_sequences: expected an array of strings")
         out["stop"] = list(stop)
-    if body.get("stream"):
+    if stream:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
     metadata = body.get("metadata") or {}

@@ -41,7 +41,7 @@ _CONVERTED = {"model", "messages", "max_tokens", "system", "stream", "temperatur
 _INCOMPLETE = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
 
 
-def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
+def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
     for name, value in body.items():
         if name in _CONVERTED or value is None:
             continue
@@ -66,7 +66,7 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
     for name in ("temperature", "top_p"):
         if body.get(name) is not None:
             out[name] = body[name]
-    if body.get("stream"):
+    if stream:
         out["stream"] = True
     if body.get("tools"):
         if not isinstance(body["tools"], list):

@@ -27,8 +27,8 @@ class Composed:
         self._hub = hub
         self.TARGET = second.TARGET
 
-    def convert_request(self, body: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        return self.second.convert_request(self.first.convert_request(body, target), target)
+    def convert_request(self, body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
+        return self.second.convert_request(self.first.convert_request(body, target, stream), target, stream)
 
     def convert_response(self, document: Mapping[str, Any], created: int) -> dict[str, Any]:
         return self.first.convert_response(self.second.convert_response(document, created), created)

@@ -46,7 +46,7 @@ _FINISH_REASONS = {
 }
 
 
-def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
+def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
     for name, value in body.items():
         if name in _CONVERTED or value is None:
             continue
@@ -72,7 +72,7 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
         if not isinstance(stop, str | list) or not all(isinstance(s, str) for s in (stop if isinstance(stop, list) else [stop])):
             raise invalid("stop: expected a string or an array of strings")
         out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-    if body.get("stream"):
+    if stream:
         out["stream"] = True
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])}

@@ -44,7 +44,7 @@ _MESSAGE_MEMBERS = {"role", "content", "tool_calls", "tool_call_id", "refusal"}
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
-def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
+def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
     for name, value in body.items():
         if name in _CONVERTED or value is None:
             continue
@@ -61,7 +61,7 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
     for name in _SAME:
         if body.get(name) is not None:
             out[name] = body[name]
-    if body.get("stream"):
+    if stream:
         out["stream"] = True
     _stream_options(body.get("stream_options"))
     text: dict[str, Any] = {}

@@ -44,7 +44,7 @@ TARGET = "Anthropic Messages"
 _INCOMPLETE = {"max_tokens": "max_output_tokens", "model_context_window_exceeded": "max_output_tokens", "refusal": "content_filter"}
 
 
-def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
+def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
     read.check_members(body, TARGET)
     if read.text_format(body) is not None:
         raise invalid(f"text.format: structured output cannot be converted for {TARGET}")
@@ -60,7 +60,7 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
             if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
                 raise invalid(f"{name}: {TARGET} accepts values from 0 to 1")
             out[name] = value
-    if body.get("stream"):
+    if stream:
         out["stream"] = True
     user = body.get("safety_identifier") or body.get("user")
     if user:

@@ -42,7 +42,7 @@ TARGET = "an OpenAI-compatible Chat provider"
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
+def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
     read.check_members(body, TARGET)
     out: dict[str, Any] = {"model": target.model, "messages": _messages(read.turns(body, TARGET))}
     if body.get("max_output_tokens") is not None:
@@ -50,7 +50,7 @@ def convert_request(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
     for name in ("temperature", "top_p", "parallel_tool_calls"):
         if body.get(name) is not None:
             out[name] = body[name]
-    if body.get("stream"):
+    if stream:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
     user = body.get("safety_identifier") or body.get("user")
