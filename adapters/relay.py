@@ -21,6 +21,7 @@ from portcullis.adapters.protocols.registry import Route
 from portcullis.adapters.protocols.sse import SSEError, SSEEvent
 from portcullis.adapters.providers import UpstreamResponse, UpstreamUnreachable
 from portcullis.adapters.upstream_errors import TryNext, clip, unreachable
+from portcullis.engine.account_details import without_account_details
 from portcullis.engine.errors import ErrorKind, GatewayError
 
 log = logging.getLogger("portcullis.gateway")
@@ -76,7 +77,7 @@ class StreamRelay:
                 for event in pending:
                     self._meter.feed(event)
                     if upstream_wire.is_error_event(event):
-                        failed = error_message(event.json()) or "the provider reported an error"
+                        failed = without_account_details(error_message(event.json()) or "the provider reported an error")
                         break
                     batch.append(event)
                 for event in await self._guarded(batch):  # what came before the error still goes out

@@ -1,6 +1,7 @@
 """What a provider's failure means for the request: move on to the next target, or
 tell the client. Provider-side credential and routing problems are the operator's to
-fix and are never described to the client."""
+fix and are never described to the client; what a provider says about the request
+reaches it without the account's details (ARNs, account ids, roles, signing)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from portcullis.adapters.protocols.jsonbody import error_message
 from portcullis.adapters.providers import UpstreamResponse, UpstreamUnreachable
+from portcullis.engine.account_details import without_account_details
 from portcullis.engine.errors import ErrorKind, GatewayError
 
 log = logging.getLogger("portcullis.dispatch")
@@ -46,7 +48,8 @@ async def upstream_error(upstream: UpstreamResponse) -> GatewayError:
             ErrorKind.RATE_LIMITED, "the provider is rate limiting requests; try again later", code="upstream_rate_limited", retry_after=retry_after
         )
     if status in CLIENT_ERROR_STATUS:
-        message = error_message(body) or f"the provider rejected the request (status {status})"
+        # The provider wrote it for the account's owner: ARNs, account ids and signing details are not the client's.
+        message = without_account_details(error_message(body) or f"the provider rejected the request (status {status})")
         kind = _CLIENT_ERROR_KINDS.get(status, ErrorKind.INVALID_REQUEST)
         return GatewayError(kind, f"provider: {clip(message)}", code="upstream_invalid_request")
     if status >= 500 or status == 408:

@@ -169,8 +169,14 @@ def optional_list(body: Mapping[str, Any], name: str) -> list[Any]:
 
 
 def error_message(body: Any) -> str | None:
-    """The message of a provider error body; both protocols nest it as error.message."""
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        message = body["error"].get("message")
-        return message if isinstance(message, str) else None
-    return None
+    """The message of a provider error body: ``error.message`` (Anthropic, OpenAI),
+    ``message`` (Bedrock), or the message of a Bedrock stream exception
+    (``{"throttlingException": {"message": ...}}``)."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("error"), dict):
+        body = body["error"]
+    elif len(body) == 1 and isinstance(next(iter(body.values())), dict):
+        body = next(iter(body.values()))
+    message = body.get("message", body.get("Message"))
+    return message if isinstance(message, str) else None
