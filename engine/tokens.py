@@ -26,6 +26,10 @@ IMAGE_TOKENS = 1600
 DOCUMENT_FLOOR_TOKENS = 3000
 OVERHEAD_TOKENS = 8  # per message and per tool: roles, separators, tool framing
 TIKTOKEN = "tiktoken:cl100k_base"
+# Members that are settings, not text the model reads.
+_NOT_PROMPT = frozenset(
+    {"model", "stream", "max_tokens", "max_completion_tokens", "stream_options", "metadata", "inferenceConfig", "guardrailConfig", "anthropic_version"}
+)
 UPPER_BOUND = "upper-bound:utf8-bytes"
 
 
@@ -56,17 +60,19 @@ def count_input_tokens(body: dict[str, Any], exact_for_openai: bool) -> tuple[in
 def _parts(value: Any, key: str | None = None) -> Iterator[tuple[str, Any]]:
     """Every piece of text in a body, and a token allowance for binary content."""
     if isinstance(value, dict):
-        kind = value.get("type")
+        # Bedrock Converse names a block by its key ({"image": {"format": ..., "source": {"bytes": ...}}}).
+        kind = value.get("type") or (key if key in ("image", "document") and "format" in value else None)
         if kind == "image" or (kind == "image_url" and "image_url" in value):
             yield "fixed", IMAGE_TOKENS
             return
         if kind == "document":
-            data = (value.get("source") or {}).get("data")
+            source = value.get("source") or {}
+            data = source.get("data", source.get("bytes")) if isinstance(source, dict) else None
             decoded = len(data) * 3 // 4 if isinstance(data, str) else 0
             yield "fixed", max(DOCUMENT_FLOOR_TOKENS, decoded // 2)
             return
         for name, item in value.items():
-            if name in ("model", "stream", "max_tokens", "max_completion_tokens", "stream_options", "metadata"):
+            if name in _NOT_PROMPT:
                 continue
             yield "text", name
             yield from _parts(item, name)

@@ -122,3 +122,26 @@ def test_a_window_frees_room_as_its_oldest_entries_leave() -> None:
     assert window_wait_ms([(1_000, 30), (2_000, 30), (3_000, 40)], 100, tpm, now_ms=10_000) == 2_000 + 60_000 - 10_000  # 60 tokens must leave
     soft = Charge("k", limit("requests", "minute", block=2, hard=False), 1, NOW)
     assert window_wait_ms([(4_000, 1), (6_000, 1)], 2, soft, now_ms=7_000) == 4_000 + 60_000 - 7_000
+
+
+def test_converse_images_and_documents_are_sized_as_the_other_protocols_size_them() -> None:
+    image = {"image": {"format": "png", "source": {"bytes": "A" * 200_000}}}
+    document = {"document": {"format": "pdf", "name": "report", "source": {"bytes": "A" * 40_000}}}
+    converse, _ = count_input_tokens({"messages": [{"role": "user", "content": [{"text": "hi"}, image, document]}]}, False)
+    messages, _ = count_input_tokens(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "hi"},
+                        {"type": "image", "source": {"type": "base64", "data": "A" * 200_000}},
+                        {"type": "document", "source": {"type": "base64", "data": "A" * 40_000}},
+                    ],
+                }
+            ]
+        },
+        False,
+    )
+    assert converse < 20_000  # the image's base64 is not counted as text
+    assert abs(converse - messages) < 100  # only member names differ
