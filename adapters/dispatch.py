@@ -50,6 +50,7 @@ class Call:
     attempts: list[dict[str, Any]] = field(default_factory=list)  # each target tried, for the audit record
     path: str | None = None  # the endpoint called; None: the upstream protocol's inference path
     stream: bool = False  # the inference path of a streamed answer (Bedrock names it apart)
+    guardrail: Mapping[str, str] | None = None  # the provider-side guardrail the policy requires (Bedrock)
 
     def record(self, target: Target, outcome: str, status: int | None = None) -> None:
         self.attempts.append({**target.describe(), "outcome": outcome, "status": status})
@@ -110,6 +111,8 @@ class Dispatcher:
                 continue
             headers = pair.upstream.wire.upstream_headers(key.secret, call.forward_headers)  # the credential joins only here
             headers.update(call.extra_headers(target.provider))
+            if call.guardrail is not None:  # after the client's own: the policy's replaces whatever it sent
+                body = pair.upstream.wire.require_guardrail(body, headers, call.guardrail)
             try:
                 upstream = await provider.send(call.path or pair.upstream.wire.upstream_path(target.model, call.stream), call.query, headers, body)
             except UpstreamUnreachable as failure:
