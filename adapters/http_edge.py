@@ -20,6 +20,8 @@ from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 log = logging.getLogger("portcullis.http")
 
 REQUEST_ID_HEADERS = (b"request-id", b"x-portcullis-request-id")
+BEDROCK_PREFIX = "/model/"  # Bedrock Runtime's paths
+AWS_REQUEST_ID_HEADER = b"x-amzn-requestid"  # boto3 reports it as ResponseMetadata.RequestId
 
 
 class RequestIds:
@@ -34,11 +36,12 @@ class RequestIds:
             await self.app(scope, receive, send)
             return
         request_id = request_id_for(scope)
+        names = (*REQUEST_ID_HEADERS, AWS_REQUEST_ID_HEADER) if scope["path"].startswith(BEDROCK_PREFIX) else REQUEST_ID_HEADERS
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {name for name, _ in message.get("headers", ())}
-                missing = [(name, request_id.encode()) for name in REQUEST_ID_HEADERS if name not in present]
+                missing = [(name, request_id.encode()) for name in names if name not in present]
                 if missing:
                     message = {**message, "headers": [*message.get("headers", ()), *missing]}
             await send(message)
@@ -55,7 +58,6 @@ def request_id_for(scope: Scope) -> str:
 
 # --- unknown routes and methods --------------------------------------------------------
 
-BEDROCK_PREFIX = "/model/"
 
 
 def family_of(request: Request) -> str:
