@@ -176,7 +176,7 @@ def _reply_block(block: Any) -> dict[str, Any]:
 def _stop_reason(reason: Any) -> str:
     if reason in _MALFORMED:
         raise _upstream("malformed model output")
-    return _STOP_REASONS.get(reason, "end_turn")  # type: ignore[arg-type]
+    return _STOP_REASONS.get(reason, "end_turn")
 
 
 def _upstream(what: str) -> GatewayError:

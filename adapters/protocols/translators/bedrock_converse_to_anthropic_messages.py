@@ -135,7 +135,7 @@ def convert_response(document: Mapping[str, Any], created: int) -> dict[str, Any
     content = [_reply_block(block) for block in document.get("content") or []]
     return {
         "output": {"message": {"role": "assistant", "content": [block for block in content if block is not None]}},
-        "stopReason": _STOP_REASONS.get(document.get("stop_reason"), "end_turn"),  # type: ignore[arg-type]
+        "stopReason": _STOP_REASONS.get(document.get("stop_reason"), "end_turn"),
         "usage": _converse_usage(document.get("usage") or {}),
         "metrics": {"latencyMs": 0},
     }

@@ -269,7 +269,7 @@ def _messages_block(kind: str, value: Any, at: str) -> dict[str, Any]:
 
 
 def _messages_image(image: Mapping[str, Any], where: str) -> dict[str, Any]:
-    media_type = IMAGE_MEDIA_TYPES.get(image.get("format"))  # type: ignore[arg-type]
+    media_type = IMAGE_MEDIA_TYPES.get(image.get("format"))
     if media_type is None:
         raise invalid(f"{where}.format: {excerpt(image.get('format'))} cannot be converted for {MESSAGES}")
     source = image.get("source")
