@@ -94,6 +94,16 @@ def upstream_path(model: str, stream: bool) -> str:
     return f"/model/{urllib.parse.quote(model, safe='')}/{STREAM_ACTION if stream else 'converse'}"
 
 
+def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[str, str]) -> bytes:
+    """The policy's guardrail as the body's ``guardrailConfig``, replacing whatever the
+    client sent (its own could name another guardrail, or stream asynchronously: text
+    released before the guardrail judged it)."""
+    config = {"guardrailIdentifier": guardrail["identifier"], "guardrailVersion": guardrail["version"]}
+    if guardrail.get("trace"):
+        config["trace"] = guardrail["trace"]
+    return set_member(body, "guardrailConfig", config)
+
+
 def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:
     """No key and no client header: the provider signs the request it sends."""
     return {"content-type": "application/json", "accept": "application/json"}
