@@ -1,7 +1,7 @@
-"""What the Converse translator suites share: botocore's own Bedrock Runtime model
-judging the Converse side (request bodies as boto3 serializes and validates them,
-answers and event streams as boto3's ``converse`` and ``converse_stream`` parse them),
-and the ``anthropic`` SDK reading the Messages side, served from memory."""
+"""Bedrock Converse as botocore knows it: the service model, its serializer (the bodies
+boto3 sends), its parsers (how boto3 reads answers, errors and event streams) and its
+parameter validator (shapes checked member by member), for the unit tests to hold the
+gateway's documents and frames against."""
 
 from __future__ import annotations
 
@@ -9,111 +9,81 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import anthropic
+import botocore.parsers
+import botocore.serialize
 import botocore.session
-import httpx2
-from anthropic.types import Message, RawMessageStreamEvent
-from botocore.eventstream import EventStream, EventStreamBuffer
-from botocore.parsers import EventStreamJSONParser, create_parser
-from botocore.serialize import create_serializer
-from botocore.validate import ParamValidator
-from pydantic import TypeAdapter
+import botocore.validate
+from botocore.model import OperationModel, ServiceModel, Shape
 
-from portcullis.adapters.protocols.eventstream import CONVERSE_FRAMING
-from portcullis.adapters.protocols.interfaces import StreamConverter
-from portcullis.adapters.protocols.sse import SSEEvent, SSEParser
+from portcullis.adapters.protocols.eventstream import CONVERSE_FRAMING, event_frame
+from portcullis.adapters.protocols.sse import SSEEvent
 
-MODEL = botocore.session.get_session().get_service_model("bedrock-runtime")
-MODEL_ID = "anthropic.claude-sonnet-4-5-20250929-v1:0"
-_EVENT = TypeAdapter(RawMessageStreamEvent)
+MODEL: ServiceModel = botocore.session.get_session().get_service_model("bedrock-runtime")
+CONVERSE: OperationModel = MODEL.operation_model("Converse")
+CONVERSE_STREAM: OperationModel = MODEL.operation_model("ConverseStream")
 
 
-# --- the Converse side ----------------------------------------------------------------
+def boto3_body(params: dict[str, Any], stream: bool = False) -> tuple[bytes, str]:
+    """The body and path boto3 sends for ``params`` (``modelId`` included)."""
+    request = botocore.serialize.create_serializer("rest-json").serialize_to_request(params, CONVERSE_STREAM if stream else CONVERSE)
+    return request["body"], request["url_path"]
 
 
-def assert_valid_converse_request(body: dict[str, Any], operation: str = "Converse") -> None:
-    """A converted body as boto3 would accept it for ``operation`` (the model ID comes
-    from the path), by botocore's own validator against the service model."""
-    report = ParamValidator().validate({**body, "modelId": MODEL_ID}, MODEL.operation_model(operation).input_shape)
-    assert not report.has_errors(), report.generate_report()
+def shape_errors(document: Any, shape: str | Shape) -> str:
+    """What botocore's validator finds wrong with ``document`` as ``shape`` ('' when
+    nothing). Blobs are base64 text on the JSON wire, bytes to the validator."""
+    report = botocore.validate.ParamValidator().validate(_blobs_as_bytes(document), MODEL.shape_for(shape) if isinstance(shape, str) else shape)
+    return report.generate_report() if report.has_errors() else ""
 
 
-def boto3_body(operation: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body boto3 sends for ``operation`` (validated first, as boto3 does): blobs
-    base64, the model ID in the path and not the body."""
-    operation_model = MODEL.operation_model(operation)
-    full = {"modelId": MODEL_ID, **params}
-    report = ParamValidator().validate(full, operation_model.input_shape)
-    assert not report.has_errors(), report.generate_report()
-    request = create_serializer("rest-json").serialize_to_request(full, operation_model)
-    assert "modelId" not in json.loads(request["body"])
-    return json.loads(request["body"])
+def _blobs_as_bytes(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: (v.encode() if k in ("bytes", "redactedContent") and isinstance(v, str) else _blobs_as_bytes(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_blobs_as_bytes(v) for v in value]
+    return value
 
 
-def boto3_converse(document: dict[str, Any]) -> dict[str, Any]:
-    """A converted answer as ``client.converse`` returns it."""
-    response = {"status_code": 200, "headers": {}, "body": json.dumps(document).encode()}
-    parsed = create_parser("rest-json").parse(response, MODEL.operation_model("Converse").output_shape)
-    parsed.pop("ResponseMetadata", None)
-    return parsed
-
-
-class _Body:
-    def __init__(self, raw: bytes) -> None:
-        self._raw = raw
+class _Raw:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
 
     def stream(self) -> Iterator[bytes]:
-        yield self._raw
-
-    def close(self) -> None:
-        return None
+        yield self._data
 
 
-def boto3_converse_stream(raw: bytes) -> list[dict[str, Any]]:
-    """A converted event stream as ``client.converse_stream()["stream"]`` yields it; each
-    frame decoded by botocore's codec (CRCs checked) and carrying the headers boto3 reads."""
-    buffer = EventStreamBuffer()
-    buffer.add_data(raw)
-    for message in buffer:
-        assert message.headers[":message-type"] == "event" and message.headers[":content-type"] == "application/json"
-    shape = MODEL.operation_model("ConverseStream").output_shape.members["stream"]
-    return list(EventStream(_Body(raw), shape, EventStreamJSONParser(), "ConverseStream"))
+def boto3_stream(data: bytes) -> list[dict[str, Any]]:
+    """The events boto3 yields for a ConverseStream response body (an exception frame
+    raises botocore's ``EventStreamError``)."""
+    parser = botocore.parsers.create_parser("rest-json")
+    parsed = parser.parse(
+        {"status_code": 200, "headers": {}, "body": _Raw(data), "context": {"operation_name": "ConverseStream"}}, CONVERSE_STREAM.output_shape
+    )
+    return list(parsed["stream"])
 
 
-def converse_events(frames: list[bytes]) -> list[SSEEvent]:
-    """Converse frames as the gateway's Converse framing delivers them to a converter."""
+def boto3_error(body: bytes, headers: dict[str, str], status: int = 400) -> dict[str, Any]:
+    """The error boto3 raises for a refusal: its ``response["Error"]`` and metadata."""
+    received = {name.lower(): value for name, value in headers.items()}  # as urllib3 hands botocore them: case-insensitive
+    parsed = botocore.parsers.create_parser("rest-json").parse({"status_code": status, "headers": received, "body": body}, CONVERSE.output_shape)
+    return {"Error": parsed["Error"], "RequestId": parsed["ResponseMetadata"].get("RequestId")}
+
+
+def frames(*events: tuple[str, dict[str, Any]]) -> bytes:
+    """A provider's ConverseStream body: one event frame per (type, payload)."""
+    return b"".join(event_frame(name, payload) for name, payload in events)
+
+
+def parsed(*events: tuple[str, dict[str, Any]]) -> list[SSEEvent]:
+    """Those frames as the gateway reads them."""
     parser = CONVERSE_FRAMING.Parser()
-    return [*parser.feed(b"".join(frames)), *parser.close()]
+    return parser.feed(frames(*events)) + parser.close()
 
 
-def converted(converter: StreamConverter, events: list[SSEEvent]) -> bytes:
-    return b"".join(b"".join(converter.feed(event)) for event in events) + b"".join(converter.finish())
+def on_the_wire(events: list[SSEEvent]) -> bytes:
+    return b"".join(CONVERSE_FRAMING.frame(event) for event in events)
 
 
-# --- the Messages side ----------------------------------------------------------------
-
-
-def _client(body: bytes, content_type: str) -> anthropic.Anthropic:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, content=body, headers={"content-type": content_type})
-
-    return anthropic.Anthropic(api_key="k", base_url="http://fake", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)), max_retries=0)
-
-
-def sdk_message(document: dict[str, Any]) -> Message:
-    """A converted answer as ``client.messages.create`` returns it, validated strictly."""
-    Message.model_validate(document)
-    return _client(json.dumps(document).encode(), "application/json").messages.create(model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}])
-
-
-def sdk_stream(raw: bytes) -> tuple[list[str], Message]:
-    """A converted stream, each event valid as the SDK declares it and named by its type,
-    then accumulated by ``client.messages.stream``."""
-    kinds = []
-    for event in SSEParser().feed(raw):
-        data = json.loads(event.data)
-        assert event.event == data["type"]
-        _EVENT.validate_python(data)
-        kinds.append(data["type"])
-    with _client(raw, "text/event-stream").messages.stream(model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}]) as stream:
-        return kinds, stream.get_final_message()
+def payloads(events: list[SSEEvent]) -> list[tuple[str | None, Any]]:
+    """Each event's type and payload, from its document."""
+    return [(event.event, json.loads(event.data)[event.event]) for event in events]

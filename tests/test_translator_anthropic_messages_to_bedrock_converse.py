@@ -18,7 +18,7 @@ from portcullis.adapters.protocols.translators import openai_chat_to_anthropic_m
 from portcullis.adapters.protocols.translators.composed import Composed
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.plan import Target
-from tests.converse_helpers import assert_valid_converse_request, converse_events, converted, sdk_message, sdk_stream
+from tests.converse_translator_helpers import assert_valid_converse_request, converse_events, converted, sdk_message, sdk_stream
 
 TARGET = Target("claude-sonnet-4-5", "bedrock", "anthropic.claude-sonnet-4-5-20250929-v1:0", "us-east-1", 1, 200000, 64000, ("tools",))
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()

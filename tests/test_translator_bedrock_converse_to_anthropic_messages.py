@@ -17,7 +17,7 @@ from portcullis.adapters.protocols.translators import anthropic_messages_to_bedr
 from portcullis.adapters.protocols.translators import bedrock_converse_to_anthropic_messages as translator
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.plan import Target
-from tests.converse_helpers import boto3_body, boto3_converse, boto3_converse_stream, converse_events, converted, sdk_message, sdk_stream
+from tests.converse_translator_helpers import boto3_body, boto3_converse, boto3_converse_stream, converse_events, converted, sdk_message, sdk_stream
 
 TARGET = Target("claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5-20250929", "us-east-1", 1, 200000, 64000, ("tools",))
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -113,10 +113,14 @@ def test_every_pair_of_registered_protocols_is_passed_through_translated_or_refu
 
 def test_a_refused_pair_is_a_400_naming_both_protocols() -> None:
     refused = [(c, u) for c in PROTOCOLS for u in PROTOCOLS if c != u and (c, u) not in TRANSLATORS]
+    conversation = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
+    samples = {
+        "openai_responses": (b'{"model": "m", "input": "hi"}', {}),
+        "bedrock_converse": (b'{"messages": [{"role": "user", "content": [{"text": "hi"}]}]}', {"model": "m", "action": "converse"}),
+    }
     for client, upstream in refused:
-        conversation = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
-        raw = {"openai_responses": b'{"model": "m", "input": "hi"}'}.get(client, conversation)
-        request = PROTOCOLS[client].wire.parse(raw, {}, "", DEFAULT_LIMITS)
+        raw, path = samples.get(client, (conversation, {}))
+        request = PROTOCOLS[client].wire.parse(raw, {}, "", DEFAULT_LIMITS, path)
         with pytest.raises(GatewayError) as refusal:
             route(client, upstream).upstream_body(request, CEILING_TARGET, cap_output=False)
         assert refusal.value.kind.status == 400 and "cannot be converted" in refusal.value.message
@@ -127,7 +131,7 @@ NAMING_ALLOWED = {
     "app.py": "binds each protocol's HTTP route (/v1/messages, /v1/chat/completions) to it",
     "http_edge.py": "answers requests that reach no route in the shape of the SDK family the path belongs to",
 }
-_PACKAGES = ("anthropic_messages", "openai_chat", "openai_responses", "translators")
+_PACKAGES = ("anthropic_messages", "openai_chat", "openai_responses", "bedrock_converse", "translators")
 
 
 def _names_a_protocol(path: Path) -> list[str]:
@@ -139,7 +143,7 @@ def _names_a_protocol(path: Path) -> list[str]:
         elif isinstance(node, ast.Import):
             found += [a.name for a in node.names if any(a.name.startswith(f"portcullis.adapters.protocols.{p}") for p in _PACKAGES)]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            found += [f"{word!r} at line {node.lineno}" for word in ("anthropic_messages", "openai_chat", "openai_responses") if word in node.value]
+            found += [f"{word!r} at line {node.lineno}" for word in _PACKAGES[:-1] if word in node.value]
     return found
 
 

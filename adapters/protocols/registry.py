@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
+from portcullis.adapters.protocols import anthropic_messages, bedrock_converse, openai_chat, openai_responses
 from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, TokenCounting, ToolCalls, Translator, Wire, WireProtocol
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.request import ParsedRequest
@@ -34,7 +34,9 @@ from portcullis.engine.plan import Target
 
 log = logging.getLogger("portcullis.protocols")
 
-PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL, openai_responses.PROTOCOL)}
+PROTOCOLS: dict[str, WireProtocol] = {
+    p.name: p for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL, openai_responses.PROTOCOL, bedrock_converse.PROTOCOL)
+}
 TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
     (anthropic_messages.PROTOCOL.name, openai_chat.PROTOCOL.name): anthropic_messages_to_openai_chat,

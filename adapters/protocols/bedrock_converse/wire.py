@@ -1,0 +1,200 @@
+"""Bedrock Converse (``POST /model/{modelId}/converse`` and ``/converse-stream``) on
+the wire, as ingress and as egress.
+
+The model and whether to stream are in the path, not the body. The client's headers
+(its AWS credentials among them) never go upstream: the Bedrock provider signs each
+request itself, so this wire sends no key."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from portcullis.adapters.config import RequestLimits
+from portcullis.adapters.protocols import aws_errors
+from portcullis.adapters.protocols.bedrock_converse import validator
+from portcullis.adapters.protocols.bedrock_converse.surfaces import declared_tools
+from portcullis.adapters.protocols.eventstream import CONVERSE_FRAMING, FramedEvent
+from portcullis.adapters.protocols.jsonbody import invalid, parse_json_object
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
+from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.protocols.validation import wrong_type
+from portcullis.engine.pricing import Usage
+from portcullis.engine.rawjson import set_member
+
+NAME = "bedrock_converse"
+FRAMING = CONVERSE_FRAMING
+TOKEN_COUNT_EXACT = False  # Bedrock's models do not count as tiktoken does: input is bounded, not counted
+STREAM_ACTION = "converse-stream"
+MAX_MODEL_ID = 2048  # ConversationalModelId's own bound
+_THINKING_KEYS = ("thinking", "reasoning_config", "reasoningConfig")  # Anthropic's; Amazon Nova's
+
+
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS, path: Mapping[str, str] = NO_PATH) -> ParsedRequest:
+    body = parse_json_object(raw)
+    model = path.get("model") or ""
+    if not model:
+        raise invalid("modelId: the path names no model")
+    if len(model) > MAX_MODEL_ID:
+        raise invalid(f"modelId: longer than {MAX_MODEL_ID} characters")
+    stream = path.get("action") == STREAM_ACTION
+    max_tokens = _max_tokens(body)
+    needs = validator.validate(body, limits)
+    tools = declared_tools(body)
+    requires = ["streaming"] if stream else []
+    if tools:
+        requires.append("tools")
+    if _thinking(body.get("additionalModelRequestFields")):
+        requires.append("thinking")
+    requires.extend(sorted(needs))
+    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, tools=tools)
+
+
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    config = body.get("inferenceConfig")
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise wrong_type("inferenceConfig", "an object", config)
+    value = config.get("maxTokens")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise invalid("inferenceConfig.maxTokens: expected a positive integer")
+    return value
+
+
+def _thinking(fields: Any) -> bool:
+    """Whether the model-specific fields turn reasoning on (any setting but disabled)."""
+    if not isinstance(fields, dict):
+        return False
+    settings = [fields.get(key) for key in _THINKING_KEYS]
+    return any(isinstance(s, dict) and s.get("type") != "disabled" for s in settings)
+
+
+def client_wants_usage(request: ParsedRequest) -> bool:
+    """A Converse stream always ends with its ``metadata`` (usage) event."""
+    return True
+
+
+# --- errors -----------------------------------------------------------------------
+
+error_body = aws_errors.error_body
+error_headers = aws_errors.error_headers
+stream_error = aws_errors.stream_error
+
+
+# --- egress -----------------------------------------------------------------------
+
+
+def upstream_path(model: str, stream: bool) -> str:
+    # A model id or ARN is one path segment: ':' and '/' are percent-encoded.
+    return f"/model/{urllib.parse.quote(model, safe='')}/{STREAM_ACTION if stream else 'converse'}"
+
+
+def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[str, str]) -> bytes:
+    """The policy's guardrail as the body's ``guardrailConfig``, replacing whatever the
+    client sent (its own could name another guardrail, or stream asynchronously: text
+    released before the guardrail judged it)."""
+    config = {"guardrailIdentifier": guardrail["identifier"], "guardrailVersion": guardrail["version"]}
+    if guardrail.get("trace"):
+        config["trace"] = guardrail["trace"]
+    return set_member(body, "guardrailConfig", config)
+
+
+def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:
+    """No key and no client header: the provider signs the request it sends."""
+    return {"content-type": "application/json", "accept": "application/json"}
+
+
+def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int | None) -> bytes:
+    """The client's own bytes (the model is in the path, not here); when the output must
+    stay within ``ceiling`` (None: it need not), ``inferenceConfig.maxTokens`` set to it
+    if missing or larger."""
+    if ceiling is None or (request.max_tokens is not None and request.max_tokens <= ceiling):
+        return request.raw
+    config = request.body.get("inferenceConfig") or {}
+    return set_member(request.raw, "inferenceConfig", {**config, "maxTokens": ceiling})
+
+
+def cap_output(body: dict[str, Any], ceiling: int) -> None:
+    config = body.get("inferenceConfig")
+    if not isinstance(config, dict):
+        config = body["inferenceConfig"] = {}
+    config["maxTokens"] = min(config.get("maxTokens") or ceiling, ceiling)
+
+
+def compose(model: str, instructions: str, user: str, max_tokens: int) -> dict[str, Any]:
+    """A one-turn request of the gateway's own (a classifier's), deterministic; the
+    model goes in the path."""
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": [{"text": user}]}], "inferenceConfig": {"maxTokens": max_tokens, "temperature": 0}}
+    if instructions:  # a system text block may not be empty
+        body["system"] = [{"text": instructions}]
+    return body
+
+
+def answer_text(document: Mapping[str, Any]) -> str:
+    """The text blocks of an answer, joined; a ValueError when it is not shaped as one."""
+    try:
+        return "".join(block["text"] for block in document["output"]["message"]["content"] if isinstance(block.get("text"), str))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise ValueError("the answer is not a Converse response") from None
+
+
+def is_error_event(event: SSEEvent) -> bool:
+    return isinstance(event, FramedEvent) and event.exception
+
+
+def usage_of(document: Mapping[str, Any]) -> Usage | None:
+    """The usage a response (or a stream's ``metadata`` payload) reports, or None when
+    it reports none (unknown, not zero). Bedrock's ``inputTokens`` already leaves out
+    the cached input, as ``Usage.input`` does."""
+    usage = document.get("usage")
+    if not isinstance(usage, Mapping) or not isinstance(usage.get("inputTokens"), int) or not isinstance(usage.get("outputTokens"), int):
+        return None
+    return Usage(
+        input=usage["inputTokens"],
+        output=usage["outputTokens"],
+        cache_read=_count(usage.get("cacheReadInputTokens")),
+        cache_write=_count(usage.get("cacheWriteInputTokens")),
+    )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def is_usage_only(document: Mapping[str, Any]) -> bool:
+    """The ``metadata`` event carries usage and metrics, no content."""
+    return "metadata" in document
+
+
+class StreamUsage:
+    """Usage read off a Converse stream: the ``metadata`` event reports it, after
+    ``messageStop``; the stream is complete when both were seen."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.known = False
+        self._stopped = self._reported = False
+
+    @property
+    def complete(self) -> bool:
+        return self._stopped and self._reported
+
+    def feed(self, event: SSEEvent) -> None:
+        if event.event == "messageStop":
+            self._stopped = True
+            return
+        if event.event != "metadata":
+            return
+        self._reported = True
+        try:
+            payload = json.loads(event.data).get("metadata")
+        except (ValueError, AttributeError):
+            return
+        reported = usage_of(payload) if isinstance(payload, dict) else None
+        if reported is not None:
+            self.usage, self.known = reported, True
