@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from portcullis.adapters.protocols.interfaces import StreamConverter, StreamMeter, Surfaces, ToolCalls, ToolCallStream, Translator, Wire
-from portcullis.adapters.protocols.registry import PROTOCOLS, TRANSLATORS, interface_members, route
+from portcullis.adapters.protocols.registry import HUB, PROTOCOLS, TRANSLATORS, interface_members, route
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.protocols.translators.composed import Composed
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.plan import Target
 
@@ -107,12 +108,26 @@ def test_every_pair_of_registered_protocols_is_passed_through_translated_or_refu
                 assert served.translator is None and served.refusal is None
             elif (client, upstream) in TRANSLATORS:
                 assert served.translator is TRANSLATORS[(client, upstream)] and served.refusal is None
-            else:  # no translator yet: a 400 for this target, so the dispatcher tries the next
+            elif (client, HUB) in TRANSLATORS and (HUB, upstream) in TRANSLATORS:  # composed through the hub
+                assert isinstance(served.translator, Composed) and served.refusal is None
+                assert (served.translator.first, served.translator.second) == (TRANSLATORS[(client, HUB)], TRANSLATORS[(HUB, upstream)])
+            else:  # no translator: a 400 for this target, so the dispatcher tries the next
                 assert served.translator is None and client in served.refusal and upstream in served.refusal
 
 
-def test_a_refused_pair_is_a_400_naming_both_protocols() -> None:
-    refused = [(c, u) for c in PROTOCOLS for u in PROTOCOLS if c != u and (c, u) not in TRANSLATORS]
+@pytest.fixture
+def without_chat_to_messages(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A registry where Chat clients cannot reach Messages providers (nor, through them, Bedrock)."""
+    monkeypatch.delitem(TRANSLATORS, ("openai_chat", HUB))
+    route.cache_clear()
+    yield
+    monkeypatch.undo()
+    route.cache_clear()
+
+
+def test_a_refused_pair_is_a_400_naming_both_protocols(without_chat_to_messages: None) -> None:
+    refused = [(c, u) for c in PROTOCOLS for u in PROTOCOLS if c != u and route(c, u).refusal is not None]
+    assert ("openai_chat", HUB) in refused and ("openai_chat", "bedrock_converse") in refused
     conversation = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
     samples = {
         "openai_responses": (b'{"model": "m", "input": "hi"}', {}),

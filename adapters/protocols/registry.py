@@ -22,8 +22,10 @@ from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import ToolCall
 from portcullis.adapters.protocols.translators import (
+    anthropic_messages_to_bedrock_converse,
     anthropic_messages_to_openai_chat,
     anthropic_messages_to_openai_responses,
+    bedrock_converse_to_anthropic_messages,
     openai_chat_to_anthropic_messages,
     openai_chat_to_openai_responses,
     openai_responses_to_anthropic_messages,
@@ -44,6 +46,8 @@ TRANSLATORS: dict[tuple[str, str], Translator] = {
     (anthropic_messages.PROTOCOL.name, openai_responses.PROTOCOL.name): anthropic_messages_to_openai_responses,
     (openai_responses.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_responses_to_anthropic_messages,
     (openai_responses.PROTOCOL.name, openai_chat.PROTOCOL.name): openai_responses_to_openai_chat,
+    (anthropic_messages.PROTOCOL.name, bedrock_converse.PROTOCOL.name): anthropic_messages_to_bedrock_converse,
+    (bedrock_converse.PROTOCOL.name, anthropic_messages.PROTOCOL.name): bedrock_converse_to_anthropic_messages,
 }
 # Pairs without a translator of their own go through this protocol, when both halves exist.
 HUB = anthropic_messages.PROTOCOL.name
