@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from portcullis.adapters.protocols.interfaces import StreamConverter, StreamMeter, Surfaces, ToolCalls, ToolCallStream, Translator, Wire
-from portcullis.adapters.protocols.registry import PROTOCOLS, TRANSLATORS, interface_members, route
+from portcullis.adapters.protocols.registry import HUB, PROTOCOLS, TRANSLATORS, interface_members, route
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.protocols.translators.composed import Composed
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.plan import Target
 
@@ -107,19 +108,32 @@ def test_every_pair_of_registered_protocols_is_passed_through_translated_or_refu
                 assert served.translator is None and served.refusal is None
             elif (client, upstream) in TRANSLATORS:
                 assert served.translator is TRANSLATORS[(client, upstream)] and served.refusal is None
+            elif (client, HUB) in TRANSLATORS and (HUB, upstream) in TRANSLATORS:  # through the hub
+                assert isinstance(served.translator, Composed) and served.refusal is None
+                assert (served.translator.first, served.translator.second) == (TRANSLATORS[(client, HUB)], TRANSLATORS[(HUB, upstream)])
             else:  # no translator yet: a 400 for this target, so the dispatcher tries the next
                 assert served.translator is None and client in served.refusal and upstream in served.refusal
 
 
-def test_a_refused_pair_is_a_400_naming_both_protocols() -> None:
-    refused = [(c, u) for c in PROTOCOLS for u in PROTOCOLS if c != u and (c, u) not in TRANSLATORS]
-    for client, upstream in refused:
-        conversation = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
-        raw = {"openai_responses": b'{"model": "m", "input": "hi"}'}.get(client, conversation)
-        request = PROTOCOLS[client].wire.parse(raw, {}, "", DEFAULT_LIMITS)
-        with pytest.raises(GatewayError) as refusal:
-            route(client, upstream).upstream_body(request, CEILING_TARGET, cap_output=False)
-        assert refusal.value.kind.status == 400 and "cannot be converted" in refusal.value.message
+@pytest.fixture
+def without_messages_to_chat(monkeypatch: pytest.MonkeyPatch) -> typing.Iterator[tuple[str, str]]:
+    """A pair with neither a translator nor a way through the hub (the client speaks the hub)."""
+    pair = ("anthropic_messages", "openai_chat")
+    monkeypatch.delitem(TRANSLATORS, pair)
+    route.cache_clear()
+    yield pair
+    route.cache_clear()
+
+
+def test_a_refused_pair_is_a_400_naming_both_protocols(without_messages_to_chat: tuple[str, str]) -> None:
+    client, upstream = without_messages_to_chat
+    assert route(client, upstream).translator is None
+    raw = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
+    request = PROTOCOLS[client].wire.parse(raw, {}, "", DEFAULT_LIMITS)
+    with pytest.raises(GatewayError) as refusal:
+        route(client, upstream).upstream_body(request, CEILING_TARGET, cap_output=False)
+    assert refusal.value.kind.status == 400 and "cannot be converted" in refusal.value.message
+    assert client in refusal.value.message and upstream in refusal.value.message
 
 
 # Modules outside the protocol and provider packages that must still name protocols.
@@ -127,7 +141,7 @@ NAMING_ALLOWED = {
     "app.py": "binds each protocol's HTTP route (/v1/messages, /v1/chat/completions) to it",
     "http_edge.py": "answers requests that reach no route in the shape of the SDK family the path belongs to",
 }
-_PACKAGES = ("anthropic_messages", "openai_chat", "openai_responses", "translators")
+_PACKAGES = ("anthropic_messages", "bedrock_invoke", "openai_chat", "openai_responses", "translators")
 
 
 def _names_a_protocol(path: Path) -> list[str]:
@@ -139,7 +153,9 @@ def _names_a_protocol(path: Path) -> list[str]:
         elif isinstance(node, ast.Import):
             found += [a.name for a in node.names if any(a.name.startswith(f"portcullis.adapters.protocols.{p}") for p in _PACKAGES)]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            found += [f"{word!r} at line {node.lineno}" for word in ("anthropic_messages", "openai_chat", "openai_responses") if word in node.value]
+            found += [
+                f"{word!r} at line {node.lineno}" for word in ("anthropic_messages", "bedrock_invoke", "openai_chat", "openai_responses") if word in node.value
+            ]
     return found
 
 
