@@ -144,6 +144,22 @@ def test_nothing_of_the_client_goes_upstream_in_headers() -> None:
     assert wire.upstream_headers("provider-key", forward) == {"content-type": "application/json", "accept": "application/json"}
 
 
+def test_the_policys_guardrail_goes_in_invokemodels_headers() -> None:
+    headers = wire.upstream_headers(None, {})
+    body = b'{"anthropic_version":"bedrock-2023-05-31"}'
+    assert wire.require_guardrail(body, headers, {"identifier": "gr-1", "version": "3", "trace": "enabled"}) == body
+    assert headers == {
+        "content-type": "application/json",
+        "accept": "application/json",
+        "X-Amzn-Bedrock-GuardrailIdentifier": "gr-1",
+        "X-Amzn-Bedrock-GuardrailVersion": "3",
+        "X-Amzn-Bedrock-Trace": "ENABLED",
+    }
+    untraced = wire.upstream_headers(None, {})
+    wire.require_guardrail(body, untraced, {"identifier": "gr-1", "version": "DRAFT"})
+    assert "X-Amzn-Bedrock-Trace" not in untraced and untraced["X-Amzn-Bedrock-GuardrailVersion"] == "DRAFT"
+
+
 def test_passthrough_is_the_clients_bytes_unless_the_output_must_be_capped() -> None:
     raw = b'{"anthropic_version":"bedrock-2023-05-31",  "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]}'
     request = parse(body=raw)

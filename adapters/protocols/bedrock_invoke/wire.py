@@ -73,6 +73,20 @@ def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[st
     return {"content-type": "application/json", "accept": "application/json"}
 
 
+# InvokeModel names its guardrail in headers, as boto3 sends ``guardrailIdentifier`` and the rest.
+GUARDRAIL_HEADERS = {"identifier": "X-Amzn-Bedrock-GuardrailIdentifier", "version": "X-Amzn-Bedrock-GuardrailVersion", "trace": "X-Amzn-Bedrock-Trace"}
+
+
+def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[str, str]) -> bytes:
+    """The policy's guardrail as InvokeModel's headers. A client's own never reaches them
+    (no client header is forwarded); the body is left as it is."""
+    for name, header in GUARDRAIL_HEADERS.items():
+        value = guardrail.get(name)
+        if value:
+            headers[header] = value.upper() if name == "trace" else value  # the header takes ENABLED, DISABLED, ENABLED_FULL
+    return body
+
+
 def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int | None) -> bytes:
     """The client's own bytes (the model is in the path), with a larger max_tokens
     lowered to ``ceiling`` when the output must stay within it."""
