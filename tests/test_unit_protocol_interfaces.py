@@ -146,7 +146,7 @@ NAMING_ALLOWED = {
     "app.py": "binds each protocol's HTTP route (/v1/messages, /v1/chat/completions) to it",
     "http_edge.py": "answers requests that reach no route in the shape of the SDK family the path belongs to",
 }
-_PACKAGES = ("anthropic_messages", "openai_chat", "openai_responses", "bedrock_converse", "translators")
+_PACKAGES = ("anthropic_messages", "bedrock_converse", "bedrock_invoke", "openai_chat", "openai_responses", "translators")
 
 
 def _names_a_protocol(path: Path) -> list[str]:

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from portcullis.adapters.protocols import anthropic_messages, bedrock_converse, openai_chat, openai_responses
+from portcullis.adapters.protocols import anthropic_messages, bedrock_converse, bedrock_invoke, openai_chat, openai_responses
 from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, TokenCounting, ToolCalls, Translator, Wire, WireProtocol
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.request import ParsedRequest
@@ -23,9 +23,11 @@ from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import ToolCall
 from portcullis.adapters.protocols.translators import (
     anthropic_messages_to_bedrock_converse,
+    anthropic_messages_to_bedrock_invoke,
     anthropic_messages_to_openai_chat,
     anthropic_messages_to_openai_responses,
     bedrock_converse_to_anthropic_messages,
+    bedrock_invoke_to_anthropic_messages,
     openai_chat_to_anthropic_messages,
     openai_chat_to_openai_responses,
     openai_responses_to_anthropic_messages,
@@ -37,7 +39,8 @@ from portcullis.engine.plan import Target
 log = logging.getLogger("portcullis.protocols")
 
 PROTOCOLS: dict[str, WireProtocol] = {
-    p.name: p for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL, openai_responses.PROTOCOL, bedrock_converse.PROTOCOL)
+    p.name: p
+    for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL, openai_responses.PROTOCOL, bedrock_converse.PROTOCOL, bedrock_invoke.PROTOCOL)
 }
 TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
@@ -48,6 +51,8 @@ TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_responses.PROTOCOL.name, openai_chat.PROTOCOL.name): openai_responses_to_openai_chat,
     (anthropic_messages.PROTOCOL.name, bedrock_converse.PROTOCOL.name): anthropic_messages_to_bedrock_converse,
     (bedrock_converse.PROTOCOL.name, anthropic_messages.PROTOCOL.name): bedrock_converse_to_anthropic_messages,
+    (anthropic_messages.PROTOCOL.name, bedrock_invoke.PROTOCOL.name): anthropic_messages_to_bedrock_invoke,
+    (bedrock_invoke.PROTOCOL.name, anthropic_messages.PROTOCOL.name): bedrock_invoke_to_anthropic_messages,
 }
 # Pairs without a translator of their own go through this protocol, when both halves exist.
 HUB = anthropic_messages.PROTOCOL.name
@@ -142,6 +147,11 @@ class Route:
             # is still the client's input, so it is a 400, not a gateway failure.
             log.warning("request conversion to %s failed on an unexpected shape (%s)", self.upstream.name, type(error).__name__)
             raise invalid(f"the request cannot be converted for this model's provider ({self.upstream.name})") from None
+        # A pair whose provider reads in the body what the client sent as a header
+        # (Bedrock's anthropic_beta list) carries it over.
+        carry = getattr(self.translator, "carry_headers", None)
+        if carry is not None:
+            carry(converted, request.forward_headers)
         if ceiling is not None:
             self.upstream.wire.cap_output(converted, ceiling)
         return json.dumps(converted, ensure_ascii=False, separators=(",", ":")).encode()

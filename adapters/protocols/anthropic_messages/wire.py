@@ -59,8 +59,20 @@ def parse_messages(raw: bytes, headers: Mapping[str, str], query: str, limits: R
     output limit and is never streamed (its other fields are checked the same way)."""
     body = parse_json_object(raw)
     model = require_string(body, "model")
+    request = messages_request(NAME, raw, body, model, limits, counting=counting)
+    request.forward_headers = forwarded_headers(headers, FORWARDED_HEADERS, limits)
+    request.query = _beta_query(query)
+    return request
+
+
+def messages_request(
+    protocol: str, raw: bytes, body: dict[str, Any], model: str, limits: RequestLimits, counting: bool = False, stream: bool | None = None
+) -> ParsedRequest:
+    """Every field of a Messages body but ``model`` validated, as the protocols whose
+    bodies are Messages bodies share it (Bedrock InvokeModel's names the model and the
+    stream in its path: ``stream`` is then given, not read). No headers forwarded."""
     max_tokens = optional_positive_int(body, "max_tokens")
-    stream = optional_bool(body, "stream") and not counting
+    stream = (optional_bool(body, "stream") if stream is None else stream) and not counting
     needs = validator.validate(body, limits)
     if max_tokens is None and not counting:
         raise invalid("max_tokens: field required")
@@ -72,8 +84,7 @@ def parse_messages(raw: bytes, headers: Mapping[str, str], query: str, limits: R
     if thinking and thinking.get("type") in ("enabled", "adaptive"):
         requires.append("thinking")
     requires.extend(sorted(needs))
-    forward = forwarded_headers(headers, FORWARDED_HEADERS, limits)
-    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, forward, _beta_query(query), tools=declared_tools(body))
+    return ParsedRequest(protocol, raw, body, model, stream, max_tokens, requires, tools=declared_tools(body))
 
 
 def client_wants_usage(request: ParsedRequest) -> bool:

@@ -1,0 +1,159 @@
+"""Bedrock Runtime InvokeModel for Anthropic models (``POST /model/{modelId}/invoke``
+and ``/invoke-with-response-stream``) on the wire, as ingress and as egress.
+
+The body is a Messages body without ``model`` and ``stream`` (the path says both) and
+with ``anthropic_version``; the answer is a Messages answer, and each ``chunk`` frame
+of a stream carries one Messages event, which the framing unwraps. So everything but
+the envelope, the framing and the errors is the Messages protocol's own, reused."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from portcullis.adapters.config import RequestLimits
+from portcullis.adapters.protocols import aws_errors
+from portcullis.adapters.protocols.anthropic_messages import wire as messages
+from portcullis.adapters.protocols.bedrock_invoke import envelope
+from portcullis.adapters.protocols.eventstream import INVOKE_FRAMING, FramedEvent
+from portcullis.adapters.protocols.jsonbody import parse_json_object
+from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
+from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.engine.pricing import Usage
+from portcullis.engine.rawjson import set_member
+
+NAME = "bedrock_invoke"
+FRAMING = INVOKE_FRAMING
+TOKEN_COUNT_EXACT = False  # Claude's tokenizer, as for Messages
+STREAM_ACTION = "invoke-with-response-stream"
+METRICS = "amazon-bedrock-invocationMetrics"  # what Bedrock adds to an answer: token counts and latencies
+
+# The same as a Messages body's.
+answer_text = messages.answer_text
+cap_output = messages.cap_output
+is_usage_only = messages.is_usage_only
+
+
+def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS, path: Mapping[str, str] = NO_PATH) -> ParsedRequest:
+    """The model and the stream from the path, the envelope checked, the rest validated
+    as a Messages body. No client header is forwarded: the body's beta list stands in
+    for the ``anthropic-beta`` header an Anthropic provider would read."""
+    model = envelope.path_model(path)
+    body = parse_json_object(raw)
+    envelope.check_envelope(body)
+    request = messages.messages_request(NAME, raw, body, model, limits, stream=path.get("action") == STREAM_ACTION)
+    request.forward_headers = envelope.beta_header(body, limits)
+    return request
+
+
+def client_wants_usage(request: ParsedRequest) -> bool:
+    """An Invoke stream always reports usage (Messages events and the invocation metrics)."""
+    return True
+
+
+# --- errors -----------------------------------------------------------------------
+
+error_body = aws_errors.error_body
+error_headers = aws_errors.error_headers
+stream_error = aws_errors.stream_error
+
+
+# --- egress -----------------------------------------------------------------------
+
+
+def upstream_path(model: str, stream: bool) -> str:
+    # Ids, ARNs and inference profiles alike: ':' and '/' are encoded so the id stays one segment.
+    return f"/model/{quote(model, safe='')}/{STREAM_ACTION if stream else 'invoke'}"
+
+
+def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:
+    """JSON in, JSON out; the Bedrock provider signs. Nothing of the client's goes,
+    its beta features are in the body already."""
+    return {"content-type": "application/json", "accept": "application/json"}
+
+
+# InvokeModel names its guardrail in headers, as boto3 sends ``guardrailIdentifier`` and the rest.
+GUARDRAIL_HEADERS = {"identifier": "X-Amzn-Bedrock-GuardrailIdentifier", "version": "X-Amzn-Bedrock-GuardrailVersion", "trace": "X-Amzn-Bedrock-Trace"}
+
+
+def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[str, str]) -> bytes:
+    """The policy's guardrail as InvokeModel's headers. A client's own never reaches them
+    (no client header is forwarded); the body is left as it is."""
+    for name, header in GUARDRAIL_HEADERS.items():
+        value = guardrail.get(name)
+        if value:
+            headers[header] = value.upper() if name == "trace" else value  # the header takes ENABLED, DISABLED, ENABLED_FULL
+    return body
+
+
+def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int | None) -> bytes:
+    """The client's own bytes (the model is in the path), with a larger max_tokens
+    lowered to ``ceiling`` when the output must stay within it."""
+    if ceiling is not None and (request.max_tokens or 0) > ceiling:
+        return set_member(request.raw, "max_tokens", ceiling)
+    return request.raw
+
+
+def compose(model: str, instructions: str, user: str, max_tokens: int) -> dict[str, Any]:
+    """A one-turn request of the gateway's own (a classifier's); the model goes in the path."""
+    body = messages.compose(model, instructions, user, max_tokens)
+    del body["model"]
+    return {envelope.VERSION_MEMBER: envelope.VERSION, **body}
+
+
+def usage_of(document: Mapping[str, Any]) -> Usage | None:
+    """The answer's usage, or Bedrock's invocation metrics when it reports none."""
+    return messages.usage_of(document) or metrics_usage(document.get(METRICS))
+
+
+def metrics_usage(metrics: Any) -> Usage | None:
+    if not isinstance(metrics, Mapping) or not all(isinstance(metrics.get(k), int) for k in ("inputTokenCount", "outputTokenCount")):
+        return None
+    return Usage(
+        input=metrics["inputTokenCount"],
+        output=metrics["outputTokenCount"],
+        cache_read=_count(metrics, "cacheReadInputTokenCount"),
+        cache_write=_count(metrics, "cacheWriteInputTokenCount"),
+    )
+
+
+def _count(metrics: Mapping[str, Any], name: str) -> int:
+    value = metrics.get(name)
+    return value if isinstance(value, int) else 0
+
+
+def is_error_event(event: SSEEvent) -> bool:
+    """An exception frame, or a Messages ``error`` event inside a chunk."""
+    return (isinstance(event, FramedEvent) and event.exception) or messages.is_error_event(event)
+
+
+class StreamUsage:
+    """Usage read off the unwrapped Messages events, as a Messages stream is metered;
+    when they did not report it, the invocation metrics Bedrock adds to the last chunk."""
+
+    def __init__(self) -> None:
+        self._events = messages.StreamUsage()
+        self._metrics: Usage | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self._events.complete
+
+    @property
+    def known(self) -> bool:
+        return self._events.known or self._metrics is not None
+
+    def feed(self, event: SSEEvent) -> None:
+        self._events.feed(event)
+        if event.event == "message_stop" and METRICS in event.data:
+            try:
+                self._metrics = metrics_usage(event.json().get(METRICS))
+            except (ValueError, AttributeError):
+                return
+
+    @property
+    def usage(self) -> Usage:
+        if self._events.known or self._metrics is None:
+            return self._events.usage
+        return self._metrics
