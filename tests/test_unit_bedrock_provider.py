@@ -22,7 +22,7 @@ from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 
 from portcullis.adapters.config import ConfigError, ProviderConfig
 from portcullis.adapters.protocols.eventstream import CONVERSE_FRAMING
-from portcullis.adapters.providers import build_provider
+from portcullis.adapters.providers import UpstreamUnreachable, build_provider
 from portcullis.adapters.providers.bedrock import BedrockProvider, sign
 from tests.fakes import FakeProvider, Redirect
 from tests.fakes.sigv4 import ACCESS_KEY, SECRET_KEY, AwsKey
@@ -253,6 +253,20 @@ def test_expiring_credentials_are_refreshed_off_the_event_loop(fake: FakeProvide
     assert [r.headers["x-amz-security-token"] for r in fake.received] == ["stale-token", "fresh-token"]
     assert len(refreshes) == 1 and refreshes[0] != loop_thread
     assert ticks >= 10  # the loop kept running through the 0.3 s refresh
+
+
+def test_a_failed_refresh_fails_the_attempt_without_sending(fake: FakeProvider, caplog: pytest.LogCaptureFixture) -> None:
+    def refresh() -> dict[str, str]:
+        raise ConnectionError("sts.amazonaws.com unreachable")
+
+    expired = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    provider = BedrockProvider(config(fake), RefreshableCredentials("ASIAFAKEGONE00000001", "gone", "gone", expired, refresh, "test"))
+    with pytest.raises(UpstreamUnreachable) as failed:
+        send(provider, path_of(SONNET))
+    assert failed.value.reason == "credentials" and fake.received == []
+    assert "provider bedrock-test: AWS credentials could not be refreshed (ConnectionError)" in caplog.messages
+    botocore_said = [record for record in caplog.records if record.name == "botocore.credentials"]
+    assert botocore_said and all(record.exc_info is None for record in botocore_said)  # its own warning, without the traceback
 
 
 def test_a_provider_without_credentials_does_not_start(fake: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:

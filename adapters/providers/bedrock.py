@@ -38,6 +38,18 @@ from portcullis.adapters.providers.http import HttpResponse, client_session, pos
 
 log = logging.getLogger("portcullis.providers.bedrock")
 
+
+class _WithoutTraceback(logging.Filter):
+    """botocore logs a failed credential refresh with its traceback; the gateway logs
+    the failure itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+logging.getLogger("botocore.credentials").addFilter(_WithoutTraceback())
+
 SERVICE = "bedrock"  # the signing name of Bedrock Runtime (its endpoint prefix is bedrock-runtime)
 INVOKE = "bedrock_invoke"
 CONVERSE = "bedrock_converse"
