@@ -9,7 +9,10 @@ on a worker thread and the event loop never waits on it.
 
 The path arrives percent-encoded (``/model/anthropic.claude-...-v1%3A0/converse``,
 ARNs with ``%2F``) and goes out exactly as it was signed: aiohttp is handed an
-already-encoded URL and leaves it alone. Only the headers Bedrock reads go upstream,
+already-encoded URL and leaves it alone (a plain string would be re-quoted, ``%3A``
+turned back into ``:``, and the signature would no longer match). botocore's canonical
+request encodes that path once more (``%253A``), as AWS recomputes it for every service
+but S3, so what boto3 itself signs and what is signed here agree. Only the headers Bedrock reads go upstream,
 so nothing of the client's (a credential above all) reaches AWS; Bedrock Runtime's
 operations take no query string, so the client's is not sent either.
 """
