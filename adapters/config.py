@@ -47,8 +47,8 @@ class KeyConfig:
 @dataclass(frozen=True)
 class ProviderConfig:
     name: str
-    type: str  # anthropic | openai | mock
-    base_url: str = ""
+    type: str  # anthropic | openai | bedrock | mock
+    base_url: str = ""  # type bedrock: its endpoint_url, or the region's public endpoint
     keys: tuple[KeyConfig, ...] = (KeyConfig("default"),)
     cooldown_seconds: float = 10.0
     connect_timeout: float = 10.0
@@ -56,6 +56,8 @@ class ProviderConfig:
     max_connections: int = 256
     gateway_hop: bool = False  # another Portcullis: tell it which policy prompt was inserted here
     wire: str = "chat"  # type openai: chat (Chat Completions) | responses (the Responses API)
+    region: str | None = None  # type bedrock: the region whose Bedrock Runtime serves (and signs for) the requests
+    profile: str | None = None  # type bedrock: the AWS shared-config profile; None: the standard credential chain
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,8 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         candidate = Path(value).expanduser()
         return candidate if candidate.is_absolute() else base / candidate
 
-    misplaced = [entry["name"] for entry in document["providers"] if "wire" in entry and entry["type"] != "openai"]
-    if misplaced:
-        raise ConfigError(f"{source}: providers: {misplaced[0]!r}: wire applies only to type openai")
+    for entry in document["providers"]:
+        _check_type_fields(source, entry)
     names = [entry["name"] for entry in document["providers"]]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -213,7 +214,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         entry["name"]: ProviderConfig(
             name=entry["name"],
             type=entry["type"],
-            base_url=entry.get("base_url", "").rstrip("/"),
+            base_url=_base_url(entry),
             keys=tuple(
                 KeyConfig(
                     name=key.get("name", "default"),
@@ -230,6 +231,8 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             max_connections=entry.get("max_connections", 256),
             gateway_hop=entry.get("gateway_hop", False),
             wire=entry.get("wire", "chat"),
+            region=entry.get("region"),
+            profile=entry.get("profile"),
         )
         for entry in document["providers"]
     }
@@ -297,6 +300,37 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         request_limits=RequestLimits(**{name: limits[name] for name in _REQUEST_LIMITS if name in limits}),
         raw=document,
     )
+
+
+# Fields that mean something for one provider type only: elsewhere they would be ignored
+# silently, so they are refused.
+_TYPE_FIELDS = {"wire": "openai", "region": "bedrock", "endpoint_url": "bedrock", "profile": "bedrock"}
+# A bedrock provider signs with AWS credentials from the AWS chain, never a configured secret.
+_NOT_FOR_BEDROCK = {
+    "base_url": "use endpoint_url for another Bedrock Runtime endpoint",
+    "api_key_env": "its credentials come from the AWS credential chain",
+    "api_key_file": "its credentials come from the AWS credential chain",
+}
+
+
+def _check_type_fields(source: Path, entry: dict[str, Any]) -> None:
+    name = entry["name"]
+    for field_name, provider_type in _TYPE_FIELDS.items():
+        if field_name in entry and entry["type"] != provider_type:
+            raise ConfigError(f"{source}: providers: {name!r}: {field_name} applies only to type {provider_type}")
+    if entry["type"] != "bedrock":
+        return
+    for i, key in enumerate([entry, *(entry.get("keys") or [])]):
+        for field_name, why in _NOT_FOR_BEDROCK.items():
+            if field_name in key:
+                where = "" if i == 0 else f"keys[{i - 1}]."
+                raise ConfigError(f"{source}: providers: {name!r}: {where}{field_name} does not apply to type bedrock ({why})")
+
+
+def _base_url(entry: dict[str, Any]) -> str:
+    if entry["type"] == "bedrock":
+        return entry.get("endpoint_url", f"https://bedrock-runtime.{entry['region']}.amazonaws.com").rstrip("/")
+    return entry.get("base_url", "").rstrip("/")
 
 
 _REQUEST_LIMITS = tuple(RequestLimits.__dataclass_fields__)

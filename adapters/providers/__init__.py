@@ -1,6 +1,6 @@
 """Upstream model providers. ``anthropic`` and ``openai`` (any OpenAI-compatible
-server, vLLM included) are reached over HTTP with aiohttp; ``mock`` answers in-process
-for offline quickstarts. The gateway attaches a provider's credential only when it
+server, vLLM included) are reached over HTTP with aiohttp, ``bedrock`` too, signed with
+AWS credentials (``bedrock.py``); ``mock`` answers in-process for offline quickstarts. The gateway attaches a provider's credential only when it
 dispatches (from its key pool, ``keys.py``), and never forwards the client's."""
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ class Provider(Protocol):
     async def close(self) -> None: ...
 
 
-PROTOCOL_OF_TYPE = {"anthropic": messages_wire.NAME, "openai": chat_wire.NAME, "mock": None}
+# A ``bedrock`` provider picks per model and client (``BedrockProvider.protocol_for``:
+# InvokeModel for Anthropic models asked in Messages); Converse is what every model speaks.
+PROTOCOL_OF_TYPE = {"anthropic": messages_wire.NAME, "openai": chat_wire.NAME, "bedrock": "bedrock_converse", "mock": None}
 # An ``openai`` provider speaks Chat Completions unless configured with ``wire: responses``.
 PROTOCOL_OF_OPENAI_WIRE = {"chat": chat_wire.NAME, "responses": responses_wire.NAME}
 
@@ -60,6 +62,10 @@ def build_provider(config: ProviderConfig) -> Provider:
         from portcullis.adapters.providers.mock import MockProvider
 
         return MockProvider(config.name)
+    if config.type == "bedrock":
+        from portcullis.adapters.providers.bedrock import BedrockProvider
+
+        return BedrockProvider(config)
     from portcullis.adapters.providers.http import HttpProvider
 
     return HttpProvider(config, protocol_of(config))

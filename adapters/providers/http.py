@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
+from yarl import URL
 
 from portcullis.adapters import offload
 from portcullis.adapters.config import ProviderConfig
@@ -52,9 +53,7 @@ class HttpProvider:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300, enable_cleanup_closed=True)
-            timeout = aiohttp.ClientTimeout(total=None, connect=self._config.connect_timeout, sock_read=self._config.read_timeout)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=True, skip_auto_headers=("User-Agent",))
+            self._session = client_session(self._config)
         return self._session
 
     def protocol_for(self, model: str, client: str | None) -> str | None:
@@ -62,18 +61,30 @@ class HttpProvider:
 
     async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> HttpResponse:
         url = f"{self._config.base_url}{path}" + (f"?{query}" if query else "")
-        try:
-            # A redirect would carry the provider key and the prompt to another origin.
-            if len(body) > offload.threshold:  # sent in slices that yield to the loop, with its length (not chunked)
-                headers = {**headers, "content-length": str(len(body))}
-            response = await self._client().post(url, data=_payload(body), headers=headers, allow_redirects=False)
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
-            raise UpstreamUnreachable(_reason(error)) from None
-        return HttpResponse(response)
+        return await post(self._client(), url, headers, body)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def client_session(config: ProviderConfig) -> aiohttp.ClientSession:
+    """The pooled session a provider's requests share (created on first use, inside the loop)."""
+    connector = aiohttp.TCPConnector(limit=config.max_connections, ttl_dns_cache=300, enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout, sock_read=config.read_timeout)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=True, skip_auto_headers=("User-Agent",))
+
+
+async def post(session: aiohttp.ClientSession, url: str | URL, headers: Mapping[str, str], body: bytes) -> HttpResponse:
+    """POST ``body`` to ``url``, never following a redirect: one would carry the provider's
+    credential and the prompt to another origin."""
+    try:
+        if len(body) > offload.threshold:  # sent in slices that yield to the loop, with its length (not chunked)
+            headers = {**headers, "content-length": str(len(body))}
+        response = await session.post(url, data=_payload(body), headers=headers, allow_redirects=False)
+    except (TimeoutError, aiohttp.ClientError, OSError) as error:
+        raise UpstreamUnreachable(_reason(error)) from None
+    return HttpResponse(response)
 
 
 def _payload(body: bytes) -> bytes | AsyncIterator[memoryview]:

@@ -12,18 +12,20 @@ The package's shape:
 - ``wire``: JSON and SSE framing and stream pacing, shared by the formats;
 - one module per wire format: ``anthropic_messages`` (``/v1/messages``),
   ``openai_chat`` (``/v1/chat/completions``) and ``openai_responses``
-  (``/v1/responses``), each with its ``PATH`` and ``async handle(fake, request)`` and
-  its bodies, events and errors (``MORE_ROUTES`` maps further paths to their handlers:
-  Anthropic's ``/v1/messages/count_tokens``);
+  (``/v1/responses``) and ``bedrock_runtime`` (``/model/{id}/converse``, ``/invoke``
+  and their streams, signed with SigV4: ``sigv4`` holds the fake AWS account and checks
+  signatures), each with its ``PATH`` and ``async handle(fake, request)`` and its
+  bodies, events and errors (``MORE_ROUTES`` maps further paths to their handlers:
+  Anthropic's ``/v1/messages/count_tokens``, Bedrock's other operations);
 - ``server``: ``FakeProvider``, which routes every module in ``WIRE_FORMATS``.
 
-A new wire format (Bedrock, ...) is one more module of that kind,
+A new wire format is one more module of that kind,
 added to ``server.WIRE_FORMATS``.
 
 Run standalone for benchmarks:  python -m tests.fakes --port 9100
 """
 
-from tests.fakes.behaviours import Behaviour, CutStream, Fail, Hang, Received, Redirect, Reply, StreamError, ToolCall
+from tests.fakes.behaviours import Behaviour, CutStream, Fail, Hang, Intervene, Received, Redirect, Reply, StreamError, ToolCall
 from tests.fakes.server import FakeProvider, free_port
 
-__all__ = ["Behaviour", "CutStream", "Fail", "FakeProvider", "Hang", "Received", "Redirect", "Reply", "StreamError", "ToolCall", "free_port"]
+__all__ = ["Behaviour", "CutStream", "Fail", "FakeProvider", "Hang", "Intervene", "Received", "Redirect", "Reply", "StreamError", "ToolCall", "free_port"]

@@ -134,6 +134,11 @@ def message(message_id: str, model: str, reply: Reply) -> dict[str, Any]:
 
 
 def events(message_id: str, model: str, reply: Reply) -> list[bytes]:
+    return [sse(document, document["type"]) for document in event_documents(message_id, model, reply)]
+
+
+def event_documents(message_id: str, model: str, reply: Reply, ping: bool = True) -> list[dict[str, Any]]:
+    """The stream's events as documents (Bedrock's InvokeModel stream carries the same, without pings)."""
     start = {
         "id": message_id,
         "type": "message",
@@ -144,25 +149,24 @@ def events(message_id: str, model: str, reply: Reply) -> list[bytes]:
         "stop_sequence": None,
         "usage": usage(reply, 1),
     }
-    out = [sse({"type": "message_start", "message": start}, "message_start"), sse({"type": "ping"}, "ping")]
+    out: list[dict[str, Any]] = [{"type": "message_start", "message": start}, *([{"type": "ping"}] if ping else [])]
     index = 0
     if reply.text:
-        out.append(sse({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}, "content_block_start"))
+        out.append({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
         for piece in split(reply.text, reply.pieces):
-            out.append(sse({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}, "content_block_delta"))
-        out.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+            out.append({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}})
+        out.append({"type": "content_block_stop", "index": index})
         index += 1
     for call in reply.tool_calls:
         block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
-        out.append(sse({"type": "content_block_start", "index": index, "content_block": block}, "content_block_start"))
+        out.append({"type": "content_block_start", "index": index, "content_block": block})
         for piece in split(json.dumps(call.input), reply.pieces):
-            delta = {"type": "input_json_delta", "partial_json": piece}
-            out.append(sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"))
-        out.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+            out.append({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}})
+        out.append({"type": "content_block_stop", "index": index})
         index += 1
     delta = {"stop_reason": "tool_use" if reply.tool_calls else "end_turn", "stop_sequence": None}
-    out.append(sse({"type": "message_delta", "delta": delta, "usage": {"output_tokens": reply.output_tokens}}, "message_delta"))
-    out.append(sse({"type": "message_stop"}, "message_stop"))
+    out.append({"type": "message_delta", "delta": delta, "usage": {"output_tokens": reply.output_tokens}})
+    out.append({"type": "message_stop"})
     return out
 
 

@@ -75,14 +75,23 @@ class Redirect:
     location: str
 
 
-Behaviour = Reply | Fail | Hang | CutStream | StreamError | Redirect
+@dataclass(frozen=True)
+class Intervene:
+    """A Bedrock guardrail blocks the exchange and answers its own message instead of the
+    model's; only when the request names a guardrail (otherwise a normal reply)."""
+
+    message: str = "Sorry, the model cannot answer this question."
+
+
+Behaviour = Reply | Fail | Hang | CutStream | StreamError | Redirect | Intervene
 
 
 @dataclass
 class Received:
-    path: str
+    path: str  # as it arrived: Bedrock's still percent-encoded
     headers: dict[str, str]
     body: bytes
+    model: str | None = None  # where the path names it (Bedrock), decoded; else the body's
 
     @property
     def json(self) -> Any:

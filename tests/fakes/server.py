@@ -17,17 +17,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.fakes import anthropic_messages, openai_chat, openai_responses
+from tests.fakes import anthropic_messages, bedrock_runtime, openai_chat, openai_responses
 from tests.fakes.behaviours import Behaviour, Received, Reply
+from tests.fakes.sigv4 import AwsAccount
 from tests.fakes.wire import model_of
 
 # One module per wire format, each with its ``PATH`` and ``async handle(fake, request)``.
-WIRE_FORMATS: tuple[ModuleType, ...] = (anthropic_messages, openai_chat, openai_responses)
+WIRE_FORMATS: tuple[ModuleType, ...] = (anthropic_messages, openai_chat, openai_responses, bedrock_runtime)
 
 
 class FakeProvider:
-    def __init__(self, api_key: str = "sk-fake-upstream", name: str = "fake", default: Reply | None = None) -> None:
+    def __init__(self, api_key: str = "sk-fake-upstream", name: str = "fake", default: Reply | None = None, region: str = "us-east-1") -> None:
         self.api_key = api_key
+        self.region = region
+        self.aws = AwsAccount(region)  # Bedrock's: the access keys it accepts, its region and account id
         self.default = default or Reply()  # what an unscripted request gets
         self.accepted_keys = {api_key}  # a provider account can hold several keys
         self.name = name
@@ -52,9 +55,10 @@ class FakeProvider:
             self._scripts.clear()
             self.received.clear()
             self.accepted_keys = {self.api_key}
+            self.aws = AwsAccount(self.region)
 
     def requests_for(self, model: str) -> list[Received]:
-        return [r for r in self.received if model_of(r.body) == model]
+        return [r for r in self.received if (r.model if r.model is not None else model_of(r.body)) == model]
 
     @property
     def url(self) -> str:
