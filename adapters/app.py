@@ -41,12 +41,22 @@ from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
 from portcullis.adapters.pii.vault import MemoryVault, RedisVault, Vault, vault_key
 from portcullis.adapters.pipeline import Clock, utc_now
 from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
+from portcullis.adapters.protocols.registry import protocol
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import Store, open_store
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 
 log = logging.getLogger("portcullis")
+
+# Bedrock Runtime's operations, by the last segment of /model/{modelId}/...: the protocol
+# that reads each (whether it streams is the protocol's to read from the same segment).
+BEDROCK_OPERATIONS = {
+    "converse": "bedrock_converse",
+    "converse-stream": "bedrock_converse",
+    "invoke": "bedrock_invoke",
+    "invoke-with-response-stream": "bedrock_invoke",
+}
 
 
 @dataclass
@@ -158,6 +168,13 @@ def create_app(runtime: Runtime) -> Starlette:
     async def responses(request: Request) -> Any:
         return await gateway.handle(request, openai_responses.PROTOCOL)
 
+    async def bedrock_runtime(request: Request) -> Any:
+        # The operation is the path's last segment; the model id before it may hold '/' (an ARN).
+        name = BEDROCK_OPERATIONS.get(request.path_params["action"])
+        if name is None:
+            return route_error(request, 404)
+        return await gateway.handle(request, protocol(name))
+
     async def models(request: Request) -> Response:
         # One document both SDKs accept: OpenAI's list shape plus Anthropic's fields.
         protocol = anthropic_messages.PROTOCOL if "anthropic-version" in request.headers else openai_chat.PROTOCOL
@@ -223,6 +240,7 @@ def create_app(runtime: Runtime) -> Starlette:
         Route("/v1/responses/", responses, methods=["POST"]),
         Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
         Route("/v1/responses/input_tokens/", input_tokens, methods=["POST"]),
+        Route("/model/{model:path}/{action}", bedrock_runtime, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

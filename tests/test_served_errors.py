@@ -160,7 +160,7 @@ def test_unknown_routes_answer_in_the_protocol_the_path_belongs_to(gateway: Gate
     assert responses_api.status_code == 404
     message = 'this gateway does not serve POST "/v1/responses/compact"'
     assert responses_api.json() == {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "unknown_route"}}
-    converse = httpx.post(f"{gateway.url}/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse", json={"messages": []})
+    converse = httpx.post(f"{gateway.url}/model/anthropic.claude-3-haiku-20240307-v1%3A0/count-tokens", json={"messages": []})
     assert converse.status_code == 404 and converse.headers["x-amzn-ErrorType"] == "UnknownOperationException"
     assert set(converse.json()) == {"message"} and converse.headers["x-amzn-RequestId"] == converse.headers["x-portcullis-request-id"]
     typo = httpx.post(f"{gateway.url}/v1/mesages", json={}, headers=ANTHROPIC)
