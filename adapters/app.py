@@ -282,6 +282,8 @@ async def serve(config: Config, on_ready: Any = None) -> None:
             access_log=False,
             log_config=None,
             timeout_graceful_shutdown=config.drain_seconds,
+            ssl_certfile=config.tls_cert_file,
+            ssl_keyfile=config.tls_key_file,
         )
     )
 
@@ -303,7 +305,8 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     watcher = asyncio.ensure_future(runtime.bundles.watch())
     audit_retrier = asyncio.ensure_future(retry_audit(runtime.audit))
     log.info(
-        "serving on http://%s:%d with bundle revision %r (%s), store %s",
+        "serving on %s://%s:%d with bundle revision %r (%s), store %s",
+        "https" if config.tls_cert_file else "http",
         config.host,
         config.port,
         runtime.bundles.active.revision,

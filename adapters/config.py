@@ -5,6 +5,7 @@ against the file's directory; secrets appear only by reference."""
 from __future__ import annotations
 
 import os
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,8 @@ class Config:
     max_auth_failures: int
     auth_failure_window: int
     drain_seconds: float = 25.0  # on SIGTERM/SIGINT: how long in-flight requests may take to finish
+    tls_cert_file: Path | None = None  # with tls_key_file: serve HTTPS
+    tls_key_file: Path | None = None
     count_tokens_per_minute: int = 300  # token counts one API key may ask for per minute (they are not billed)
     pii: PiiConfig = field(default_factory=lambda: PiiConfig())
     integrity: IntegrityConfig = field(default_factory=lambda: IntegrityConfig())
@@ -251,6 +254,8 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
     if store.get("postgres_pool", {}).get("min_connections", 2) > store.get("postgres_pool", {}).get("max_connections", 10):
         raise ConfigError(f"{source}: store.postgres_pool: min_connections is larger than max_connections")
     listen = document.get("listen", {})
+    if "tls" in listen:
+        _check_tls(source, resolve(listen["tls"]["cert_file"]), resolve(listen["tls"]["key_file"]))
     limits = document.get("limits", {})
     auth = document.get("auth", {})
     pii = document.get("pii", {})
@@ -261,6 +266,8 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         host=listen.get("host", "127.0.0.1"),
         port=listen.get("port", 8080),
         drain_seconds=listen.get("drain_seconds", 25.0),
+        tls_cert_file=resolve(listen["tls"]["cert_file"]) if "tls" in listen else None,
+        tls_key_file=resolve(listen["tls"]["key_file"]) if "tls" in listen else None,
         bundle_path=resolve(policy["bundle"]),
         public_keys=keys,
         watch_interval=policy.get("watch_interval_seconds", 2),
@@ -334,3 +341,13 @@ def _base_url(entry: dict[str, Any]) -> str:
 
 
 _REQUEST_LIMITS = tuple(RequestLimits.__dataclass_fields__)
+
+
+def _check_tls(source: Path, cert: Path, key: Path) -> None:
+    """A certificate and key that load, checked before the listener needs them."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except FileNotFoundError as error:
+        raise ConfigError(f"{source}: listen.tls: {error.filename or cert} does not exist") from None
+    except (ssl.SSLError, OSError) as error:
+        raise ConfigError(f"{source}: listen.tls: the certificate and key do not load ({type(error).__name__})") from None
