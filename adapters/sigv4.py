@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
+from starlette.datastructures import Headers
+
 from portcullis.engine.errors import ErrorKind, GatewayError
 
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -66,7 +68,7 @@ class Arrived:
     method: str
     raw_path: bytes
     query: bytes
-    headers: object  # starlette Headers: getlist() keeps repeated headers apart
+    headers: Headers  # getlist() keeps repeated headers apart
     body: bytes
 
 
@@ -159,7 +161,7 @@ def canonical_request(signed: SignedRequest, arrived: Arrived, payload_hash: str
         raise refusal("invalid_signature", "the request target is not valid UTF-8") from None
     lines += [canonical_uri(path), canonical_query(query)]
     for name in signed.signed_headers:
-        values = arrived.headers.getlist(name)  # type: ignore[attr-defined]
+        values = arrived.headers.getlist(name)
         if not values:
             raise refusal("invalid_signature", f"signed header {name} was not sent")
         lines.append(f"{name}:{','.join(' '.join(value.split()) for value in values)}")
@@ -170,7 +172,7 @@ def canonical_request(signed: SignedRequest, arrived: Arrived, payload_hash: str
 def payload_hash(arrived: Arrived) -> str:
     """The SHA-256 of the body received; a declared ``x-amz-content-sha256`` must match it."""
     actual = hashlib.sha256(arrived.body).hexdigest()
-    declared = arrived.headers.getlist("x-amz-content-sha256")  # type: ignore[attr-defined]
+    declared = arrived.headers.getlist("x-amz-content-sha256")
     if declared and (len(declared) > 1 or declared[0].strip().lower() != actual):
         if declared[0].strip().startswith(("UNSIGNED-PAYLOAD", "STREAMING-")):
             raise refusal("invalid_signature", "the body must be signed: unsigned and streaming payloads are not accepted")
