@@ -107,6 +107,7 @@ class Authenticator:
         self._seal = seal
         self._now = now
         self._cache: dict[str, tuple[Principal, float]] = {}
+        self._credentials: dict[str, tuple[KeyRecord, SealedSecret, float]] = {}  # by access key id
 
     async def claim(self, http: Request) -> Claim:
         """A key's principal, or a SigV4 signature checked as far as the headers allow."""
@@ -166,15 +167,28 @@ class Authenticator:
                 signed = sigv4.parse(headers, self._now())
             except GatewayError as error:
                 await self._refuse(client, error)
-            found = await self._store.keys.find_aws_credential(signed.access_key_id) if is_access_key_id(signed.access_key_id) else None
-            if found is None:
-                await self._refuse(client, sigv4.refusal("unrecognized_client", "the access key id is not recognised"))
-            record, sealed = found
-            if record.revoked_at is not None:
-                await self._refuse(client, sigv4.refusal("revoked_access_key", "the access key has been revoked"))
+            record, sealed = await self._credential(signed.access_key_id, client)
         except StoreUnavailable:
             raise _store_unavailable() from None
         return PendingSignature(signed, record, sealed, client)
+
+    async def _credential(self, access_key_id: str, client: str) -> tuple[KeyRecord, SealedSecret]:
+        """An active credential; one found within the last ``cache_seconds`` needs no
+        lookup (its signature is still verified on every request)."""
+        cached = self._credentials.get(access_key_id)
+        if cached is not None and cached[2] > self._clock():
+            return cached[0], cached[1]
+        found = await self._store.keys.find_aws_credential(access_key_id) if is_access_key_id(access_key_id) else None
+        if found is None:
+            await self._refuse(client, sigv4.refusal("unrecognized_client", "the access key id is not recognised"))
+        record, sealed = found
+        if record.revoked_at is not None:
+            await self._refuse(client, sigv4.refusal("revoked_access_key", "the access key has been revoked"))
+        if self._cache_seconds > 0:
+            if len(self._credentials) >= _CACHE_LIMIT:
+                self._credentials.clear()
+            self._credentials[access_key_id] = (record, sealed, self._clock() + self._cache_seconds)
+        return record, sealed
 
     async def authenticate(self, headers: Mapping[str, str], client: str) -> Principal:
         """The principal behind the presented key. A key verified within the last

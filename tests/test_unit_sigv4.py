@@ -349,3 +349,15 @@ def test_a_sealed_secret_opens_only_for_its_own_credential(store: Store, credent
         SEAL.unseal(other, sealed)  # a secret moved onto another row does not open
     with pytest.raises(SealError):
         SealKeys([bytes(32)]).unseal(record, sealed)  # nor under a key that did not seal it
+
+
+def test_a_credential_found_once_is_cached_for_key_cache_seconds(store: Store, credential: tuple[str, str]) -> None:
+    now = [0.0]
+    gateway = Gateway(store, SEAL)
+    gateway.auth = Authenticator(store, 5, clock=lambda: now[0], seal=SEAL)
+    assert gateway.check(arrived(sign(credential, body=b'{"n":1}'))).key_id == credential[0]
+    asyncio.run(store.keys.revoke_key(credential[0], dt.datetime.now(dt.UTC)))
+    assert gateway.check(arrived(sign(credential, body=b'{"n":2}'))).key_id == credential[0]  # within the cache
+    refused(gateway, arrived(sign((credential[0], "w" * 40), body=b'{"n":3}')), "invalid_signature", "InvalidSignatureException")  # still verified
+    now[0] = 6.0
+    refused(gateway, arrived(sign(credential, body=b'{"n":4}')), "revoked_access_key", "UnrecognizedClientException")
