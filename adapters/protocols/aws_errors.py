@@ -29,7 +29,17 @@ _TYPES = {
     ErrorKind.TIMEOUT: "ModelTimeoutException",
 }
 # Codes that say more than the kind does.
-_CODE_TYPES = {"invalid_signature": "InvalidSignatureException", "signature_expired": "InvalidSignatureException", "unknown_route": "UnknownOperationException"}
+_CODE_TYPES = {
+    "invalid_signature": "InvalidSignatureException",
+    "signature_expired": "InvalidSignatureException",
+    "replayed_request": "InvalidSignatureException",
+    "incomplete_signature": "IncompleteSignatureException",
+    "unrecognized_client": "UnrecognizedClientException",
+    "revoked_access_key": "UnrecognizedClientException",
+    "presigned_not_supported": "AccessDeniedException",
+    "sigv4_disabled": "AccessDeniedException",
+    "unknown_route": "UnknownOperationException",
+}
 
 
 def error_type(error: GatewayError) -> str:

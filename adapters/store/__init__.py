@@ -5,7 +5,7 @@ Redis for hot counters shared by every replica). Both offer the same interfaces.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from portcullis.adapters.providers.keys import Capacity
     from portcullis.adapters.store.ledger import Ledger
+    from portcullis.adapters.store.replay import ReplayGuard
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -34,11 +35,33 @@ class KeyRecord:
     revoked_at: dt.datetime | None
 
 
+@dataclass(frozen=True)
+class SealedSecret:
+    """An AWS credential's secret as stored: nonce and AES-GCM ciphertext, and the id of
+    the seal key that sealed it."""
+
+    seal_key_id: str
+    blob: bytes
+
+
 class KeyStore(Protocol):
     async def find_by_hash(self, key_hash: str) -> KeyRecord | None: ...
     async def create_key(self, record: KeyRecord, key_hash: str) -> None: ...
-    async def revoke_key(self, key_id: str, when: dt.datetime) -> bool: ...
-    async def list_keys(self) -> list[KeyRecord]: ...
+    async def revoke_key(self, key_id: str, when: dt.datetime) -> bool:
+        """Revoke a virtual key or an AWS credential (``record.key_id`` is its access key id)."""
+        ...
+
+    async def list_keys(self) -> list[KeyRecord]:
+        """Virtual keys and AWS credentials, oldest first."""
+        ...
+
+    async def create_aws_credential(self, record: KeyRecord, sealed: SealedSecret) -> None: ...
+    async def find_aws_credential(self, access_key_id: str) -> tuple[KeyRecord, SealedSecret] | None: ...
+    async def aws_credentials(self) -> list[tuple[KeyRecord, SealedSecret]]: ...
+    async def replace_sealed(self, access_key_id: str, old: SealedSecret, new: SealedSecret) -> bool:
+        """Swap a secret's seal, unless it changed meanwhile (another reseal)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -60,6 +83,7 @@ class Store:
     ledger: Ledger
     capacity: Capacity  # provider keys' per-minute use and cooldowns
     redis: Redis | None = None  # the shared store's Redis, for state that lives there (the PII vault)
+    replays: ReplayGuard = field(default_factory=lambda: _memory_replays())  # SigV4 signatures already seen
 
     async def close(self) -> None:
         await self.keys.close()
@@ -89,7 +113,15 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
     redis = redis_client(redis_url, config.redis_pool)
     failures = RedisFailureCounter(redis, max_failures, window, config.redis_prefix)
     ledger = SharedLedger(redis, keys.pool, config.redis_prefix)
-    return Store(keys, failures, ledger, RedisCapacity(redis, config.redis_prefix), redis)
+    from portcullis.adapters.store.replay import RedisReplayGuard
+
+    return Store(keys, failures, ledger, RedisCapacity(redis, config.redis_prefix), redis, RedisReplayGuard(redis, config.redis_prefix))
+
+
+def _memory_replays() -> ReplayGuard:
+    from portcullis.adapters.store.replay import MemoryReplayGuard  # imports this module: deferred
+
+    return MemoryReplayGuard()
 
 
 def migration_files(dialect: str) -> list[tuple[int, str, str]]:

@@ -8,7 +8,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from portcullis.adapters.config import PostgresPoolConfig
-from portcullis.adapters.store import KeyRecord, StoreUnavailable, migration_files
+from portcullis.adapters.store import KeyRecord, SealedSecret, StoreUnavailable, migration_files
 from portcullis.adapters.store.connections import postgres_pool
 
 _MIGRATION_LOCK = 7_243_091_613  # pg_advisory_lock id: one migrator at a time across replicas
@@ -73,19 +73,53 @@ class PostgresKeyStore:
         )
 
     async def revoke_key(self, key_id: str, when: dt.datetime) -> bool:
-        row = await self._one("UPDATE virtual_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL RETURNING key_id", (when, key_id))
-        return row is not None
+        row = await self._one(
+            "WITH keys AS (UPDATE virtual_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL RETURNING key_id),"
+            " credentials AS (UPDATE aws_credentials SET revoked_at = %s WHERE access_key_id = %s AND revoked_at IS NULL RETURNING access_key_id)"
+            " SELECT (SELECT count(*) FROM keys) + (SELECT count(*) FROM credentials)",
+            (when, key_id, when, key_id),
+        )
+        return row is not None and row[0] == 1
 
     async def list_keys(self) -> list[KeyRecord]:
-        try:
-            async with self._pool.connection() as connection:
-                cursor = await connection.execute("SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys ORDER BY created_at")
-                return [KeyRecord(*row) for row in await cursor.fetchall()]
-        except (psycopg.OperationalError, TimeoutError) as error:
-            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+        rows = await self._all(
+            "SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys"
+            " UNION ALL SELECT access_key_id, team, user_id, name, created_at, revoked_at FROM aws_credentials ORDER BY created_at",
+            (),
+        )
+        return [KeyRecord(*row) for row in rows]
+
+    async def create_aws_credential(self, record: KeyRecord, sealed: SealedSecret) -> None:
+        await self._one(
+            "INSERT INTO aws_credentials (access_key_id, sealed_secret, seal_key_id, team, user_id, name, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING access_key_id",
+            (record.key_id, sealed.blob, sealed.seal_key_id, record.team, record.user, record.name, record.created_at),
+        )
+
+    async def find_aws_credential(self, access_key_id: str) -> tuple[KeyRecord, SealedSecret] | None:
+        row = await self._one(f"{_AWS_SELECT} WHERE access_key_id = %s", (access_key_id,))
+        return _aws_record(row) if row else None
+
+    async def aws_credentials(self) -> list[tuple[KeyRecord, SealedSecret]]:
+        return [_aws_record(row) for row in await self._all(f"{_AWS_SELECT} ORDER BY created_at", ())]
+
+    async def replace_sealed(self, access_key_id: str, old: SealedSecret, new: SealedSecret) -> bool:
+        row = await self._one(
+            "UPDATE aws_credentials SET sealed_secret = %s, seal_key_id = %s WHERE access_key_id = %s AND sealed_secret = %s RETURNING access_key_id",
+            (new.blob, new.seal_key_id, access_key_id, old.blob),
+        )
+        return row is not None
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def _all(self, sql: str, params: tuple) -> list[tuple]:
+        try:
+            async with self._pool.connection() as connection:
+                cursor = await connection.execute(sql, params)
+                return await cursor.fetchall()
+        except (psycopg.OperationalError, TimeoutError) as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
 
     async def _one(self, sql: str, params: tuple) -> tuple | None:
         try:
@@ -94,3 +128,10 @@ class PostgresKeyStore:
                 return await cursor.fetchone()
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
+
+
+_AWS_SELECT = "SELECT access_key_id, team, user_id, name, created_at, revoked_at, seal_key_id, sealed_secret FROM aws_credentials"
+
+
+def _aws_record(row: tuple) -> tuple[KeyRecord, SealedSecret]:
+    return KeyRecord(*row[:6]), SealedSecret(row[6], bytes(row[7]))

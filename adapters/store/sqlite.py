@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from portcullis.adapters.store import KeyRecord, migration_files
+from portcullis.adapters.store import KeyRecord, SealedSecret, migration_files
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
 from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, reached_thresholds, window_wait_ms, windowed
 
@@ -51,15 +51,51 @@ class SqliteKeyStore:
         )
 
     async def revoke_key(self, key_id: str, when: dt.datetime) -> bool:
-        cursor = self._db.execute("UPDATE virtual_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL", (when.isoformat(), key_id))
-        return cursor.rowcount == 1
+        revoked = 0
+        for sql in _REVOKE:
+            revoked += self._db.execute(sql, (when.isoformat(), key_id)).rowcount
+        return revoked == 1
 
     async def list_keys(self) -> list[KeyRecord]:
-        rows = self._db.execute("SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys ORDER BY created_at").fetchall()
+        rows = self._db.execute(
+            "SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys"
+            " UNION ALL SELECT access_key_id, team, user_id, name, created_at, revoked_at FROM aws_credentials ORDER BY created_at"
+        ).fetchall()
         return [_record(row) for row in rows]
+
+    async def create_aws_credential(self, record: KeyRecord, sealed: SealedSecret) -> None:
+        self._db.execute(
+            "INSERT INTO aws_credentials (access_key_id, sealed_secret, seal_key_id, team, user_id, name, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (record.key_id, sealed.blob, sealed.seal_key_id, record.team, record.user, record.name, record.created_at.isoformat()),
+        )
+
+    async def find_aws_credential(self, access_key_id: str) -> tuple[KeyRecord, SealedSecret] | None:
+        row = self._db.execute(f"{_AWS_SELECT} WHERE access_key_id = ?", (access_key_id,)).fetchone()
+        return _aws_record(row) if row else None
+
+    async def aws_credentials(self) -> list[tuple[KeyRecord, SealedSecret]]:
+        return [_aws_record(row) for row in self._db.execute(f"{_AWS_SELECT} ORDER BY created_at").fetchall()]
+
+    async def replace_sealed(self, access_key_id: str, old: SealedSecret, new: SealedSecret) -> bool:
+        cursor = self._db.execute(
+            "UPDATE aws_credentials SET sealed_secret = ?, seal_key_id = ? WHERE access_key_id = ? AND sealed_secret = ?",
+            (new.blob, new.seal_key_id, access_key_id, old.blob),
+        )
+        return cursor.rowcount == 1
 
     async def close(self) -> None:
         self._db.close()
+
+
+_REVOKE = (
+    "UPDATE virtual_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+    "UPDATE aws_credentials SET revoked_at = ? WHERE access_key_id = ? AND revoked_at IS NULL",
+)
+_AWS_SELECT = "SELECT access_key_id, team, user_id, name, created_at, revoked_at, seal_key_id, sealed_secret FROM aws_credentials"
+
+
+def _aws_record(row: tuple) -> tuple[KeyRecord, SealedSecret]:
+    return _record(row[:6]), SealedSecret(row[6], bytes(row[7]))
 
 
 def _record(row: tuple) -> KeyRecord:
