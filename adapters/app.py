@@ -21,6 +21,7 @@ from starlette.routing import Route
 from portcullis.adapters import offload
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
+from portcullis.adapters.aws_credentials import configured_seal
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.count_limit import count_limit
@@ -97,6 +98,7 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     offload.configure(config.request_limits.offload_bytes)
     providers = {name: build_provider(provider) for name, provider in config.providers.items()}
     active = load_bundle(config, providers.keys(), clock().date())
+    seal = configured_seal(config.aws_credentials)  # a missing or malformed seal key stops start-up here
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
     try:
         pools = {name: KeyPool(provider, store.capacity) for name, provider in config.providers.items()}  # reads the secrets
@@ -105,7 +107,7 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
         await store.close()
         raise
     bundles = BundleManager(config, providers.keys(), active, lambda: clock().date())
-    authenticator = Authenticator(store, config.key_cache_seconds)
+    authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
     dispatcher = Dispatcher(providers, pools, config.max_attempts)
     governance = Governance(store.ledger, providers, audit, clock)
     classifier = ClassifierDetector(dispatcher, governance)

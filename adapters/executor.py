@@ -92,6 +92,7 @@ class Executor:
             if exchange.principal is None:
                 stage = "authenticate"
                 exchange.principal = await self._auth.confirm(claim, http, raw)
+                exchange.claim = claim
                 stage = "parse"
             exchange.request = await parse_request(protocol, raw, http, self._limits, operation)
             exchange.request.session = session_of(http.headers)
@@ -291,15 +292,25 @@ class Executor:
         """A request that got no usable answer: settle what it reserved (released, or
         held pending when a provider may have done the work), record it, refuse it."""
         await self._finish(exchange, "failed", error)
+        if exchange.served is None:
+            await self._release(exchange)
         return self._error(exchange, error)
 
     async def _refuse(self, exchange: Exchange, stage: str, error: GatewayError) -> Response:
         """Refused before dispatch: what steps admitted settles (nothing was sent, so a
         reservation is released), and the refusal is recorded."""
         await self._settle(exchange)
+        await self._release(exchange)
         if error.code != "auth_rate_limited":  # throttled clients would flood the log; the failures that led here are recorded
             self._audit.append("request_denied", **refusal_record(exchange, stage, error))
         return self._error(exchange, error)
+
+    async def _release(self, exchange: Exchange) -> None:
+        """A signed request that nothing served may come again: the SDK's retry of a 429
+        or a 5xx is signed in the same second, so it has the same signature, and must not
+        be refused as a replay of a request that was never served."""
+        if exchange.claim is not None:
+            await self._auth.release(exchange.claim)
 
     def _headers(self, exchange: Exchange) -> dict[str, str]:
         headers = {name: exchange.request_id for name in REQUEST_ID_HEADERS}

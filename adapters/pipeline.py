@@ -25,7 +25,7 @@ from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.engine.pricing import Usage
 
 if TYPE_CHECKING:
-    from portcullis.adapters.auth import Principal
+    from portcullis.adapters.auth import Claim, Principal
     from portcullis.adapters.protocols.interfaces import WireProtocol
     from portcullis.adapters.protocols.registry import Route
     from portcullis.adapters.protocols.request import ParsedRequest
@@ -66,6 +66,7 @@ class Exchange:
     arrived: dt.datetime  # from the gateway's clock: prices and periods in effect for the whole request
     operation: Operation = Operation.INFERENCE  # what the route asked for
     principal: Principal | None = None
+    claim: Claim | None = None  # how it authenticated (a SigV4 signature is released if nothing is served)
     request: ParsedRequest | None = None
     bundle: ActiveBundle | None = None
     plan: DecisionPlan | None = None
