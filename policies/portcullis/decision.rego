@@ -90,7 +90,7 @@ _authorise(principal, request, model) := plan if {
 		some i, candidate in candidates
 		granted.models[candidate.canonical_model]
 		data.portcullis.lib.target_within(granted.regions, candidate)
-		data.portcullis.guardrails.serves(guardrails.guardrail, candidate.canonical_model)
+		not guardrails.unserved[candidate.canonical_model]
 		every needed in requires {
 			needed in object.get(candidate, "capabilities", [])
 		}
@@ -103,7 +103,7 @@ _authorise(principal, request, model) := plan if {
 		model,
 		_authorisation(object.get(granted.models, model, false), guardrails.conflict, targets, refused_tools),
 		targets,
-		[object.union(candidate, {"reasons": _rejections(granted, requires, guardrails.guardrail, candidate)}) |
+		[object.union(candidate, {"reasons": _rejections(granted, requires, guardrails.unserved, candidate)}) |
 			some i, candidate in candidates
 			not i in authorised
 		],
@@ -115,13 +115,13 @@ _authorise(principal, request, model) := plan if {
 }
 
 # Why a candidate was refused, for the plan and the audit record.
-_rejections(granted, requires, guardrail, candidate) := array.concat(
+_rejections(granted, requires, unserved, candidate) := array.concat(
 	array.concat(
 		["model_not_allowed" | not granted.models[candidate.canonical_model]],
 		["region_not_allowed" | not data.portcullis.lib.target_within(granted.regions, candidate)],
 	),
 	array.concat(
-		["guardrail_conflict" | not data.portcullis.guardrails.serves(guardrail, candidate.canonical_model)],
+		["guardrail_conflict" | unserved[candidate.canonical_model]],
 		# object.get: `not x in <undefined>` is true in regorus but undefined in OPA
 		["capability_unsupported" | some needed in requires; not needed in object.get(candidate, "capabilities", [])],
 	),

@@ -13,39 +13,41 @@ package portcullis.guardrails
 _trace_detail := {"disabled": 0, "enabled": 1, "enabled_full": 2}
 
 # {"guardrail": the plan's guardrail or null, "conflict": whether the team's and the
-# model's requirements differ}.
-required(team, model) := _merge(_team_requires(team), _model_requires(model))
+# model's requirements differ, "unserved": {canonical model of the candidate chain:
+# true} for each whose own requirement the plan's guardrail does not meet}. Two keyed
+# lookups (the team, the model's chain in the index) and no per-candidate calls: the
+# decision checks candidates against `unserved` with a lookup each.
+required(team, model) := _required(object.get(data.portcullis.tenants.teams[team], "guardrail", null), chain, model) if {
+	chain := data.portcullis.compiled.guardrails[model]
+} else := _required(object.get(data.portcullis.tenants.teams[team], "guardrail", null), _requirements_of(model), model)
 
-# Whether a candidate of `model` may serve a request carrying `guardrail`: its
-# canonical model requires none, or requires that same guardrail.
-serves(guardrail, model) if {
-	_same(guardrail, _model_requires(model))
+# This package's part of the per-bundle index: per model, the requirement of every
+# model in its candidate chain that has one (most chains have none).
+index := {model: _requirements_of(model) | some model, _ in data.portcullis.catalog.models}
+
+_requirements_of(model) := {member: _normal(guardrail) |
+	some candidate in data.portcullis.routing.candidates(model)
+	member := candidate.canonical_model
+	guardrail := data.portcullis.catalog.models[member].guardrail
 }
 
-serves(_, model) if {
-	_model_requires(model) == null
-}
+_required(team, chain, model) := {"guardrail": null, "conflict": false, "unserved": {}} if {
+	team == null
+	chain == {}
+} else := {"guardrail": guardrail, "conflict": false, "unserved": _unserved(guardrail, chain)} if {
+	guardrail := _plan_guardrail(team, object.get(chain, model, null))
+} else := {"guardrail": null, "conflict": true, "unserved": _unserved(null, chain)}
 
-_team_requires(team) := object.get(data.portcullis.tenants.teams[team], "guardrail", null)
-
-_model_requires(model) := object.get(data.portcullis.catalog.models[model], "guardrail", null)
-
-_merge(null, null) := {"guardrail": null, "conflict": false}
-
-_merge(team, null) := {"guardrail": _normal(team), "conflict": false} if team != null
-
-_merge(null, model) := {"guardrail": _normal(model), "conflict": false} if model != null
-
-_merge(team, model) := {"guardrail": _fuller(team, model), "conflict": false} if {
-	team != null
+# Undefined when the team's and the model's differ: that is the conflict.
+_plan_guardrail(team, model) := model if {
+	team == null
+} else := _normal(team) if {
+	model == null
+} else := _fuller(_normal(team), model) if {
 	_same(team, model)
 }
 
-_merge(team, model) := {"guardrail": null, "conflict": true} if {
-	team != null
-	model != null
-	not _same(team, model)
-}
+_unserved(guardrail, chain) := {member: true | some member, needed in chain; not _same(guardrail, needed)}
 
 _same(a, b) if {
 	a.identifier == b.identifier
@@ -54,9 +56,9 @@ _same(a, b) if {
 
 # Trace is how much of the guardrail's assessment comes back; the fuller one wins, so
 # whoever asked for a trace gets it.
-_fuller(team, model) := _normal(team) if {
-	_trace_detail[_normal(team).trace] >= _trace_detail[_normal(model).trace]
-} else := _normal(model)
+_fuller(team, model) := team if {
+	_trace_detail[team.trace] >= _trace_detail[model.trace]
+} else := model
 
 _normal(guardrail) := {
 	"identifier": guardrail.identifier,
