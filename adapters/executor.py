@@ -143,7 +143,7 @@ class Executor:
             return await self._finish_failed(exchange, error)
 
     def _call(self, exchange: Exchange, targets: tuple[Target, ...], path: str | None = None) -> Call:
-        request = exchange.request
+        request, plan = exchange.request, exchange.plan
         assert request is not None
 
         async def body(pair: Route, target: Target) -> bytes:
@@ -167,6 +167,7 @@ class Executor:
             attempts=exchange.attempts,
             path=path,
             stream=request.stream and path is None,
+            guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
         )
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
