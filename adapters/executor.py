@@ -193,6 +193,8 @@ class Executor:
         usage = pair.upstream.wire.usage_of(document) if isinstance(document, dict) else None
         exchange.usage = usage or Usage()
         exchange.usage_complete = usage is not None
+        if isinstance(document, dict) and pair.upstream.wire.intervened(document):
+            exchange.audit_outcome["guardrail_intervened"] = True  # that it did, never what it held back
         try:
             for guard in self._guards(exchange, pair):
                 if await guard.document(document):

@@ -8,6 +8,7 @@ the envelope, the framing and the errors is the Messages protocol's own, reused.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -138,6 +139,13 @@ def is_error_event(event: SSEEvent) -> bool:
     return (isinstance(event, FramedEvent) and event.exception) or messages.is_error_event(event)
 
 
+GUARDRAIL_ACTION = "amazon-bedrock-guardrailAction"  # what Bedrock adds when a guardrail judged the answer
+
+
+def intervened(document: Mapping[str, Any]) -> bool:
+    return document.get(GUARDRAIL_ACTION) == "INTERVENED"
+
+
 class StreamUsage:
     """Usage read off the unwrapped Messages events, as a Messages stream is metered;
     when they did not report it, the invocation metrics Bedrock adds to the last chunk."""
@@ -145,6 +153,7 @@ class StreamUsage:
     def __init__(self) -> None:
         self._events = messages.StreamUsage()
         self._metrics: Usage | None = None
+        self.intervened = False
 
     @property
     def complete(self) -> bool:
@@ -156,6 +165,9 @@ class StreamUsage:
 
     def feed(self, event: SSEEvent) -> None:
         self._events.feed(event)
+        if GUARDRAIL_ACTION in event.data:
+            with contextlib.suppress(ValueError, AttributeError):
+                self.intervened = self.intervened or intervened(event.json())
         if event.event == "message_stop" and METRICS in event.data:
             try:
                 self._metrics = metrics_usage(event.json().get(METRICS))
