@@ -50,6 +50,8 @@ log = logging.getLogger("portcullis.gateway")
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_COUNT_BYTES = 1024 * 1024
 FALLBACK_HEADER = "x-portcullis-model-fallback"
+# Attempt outcomes that sent nothing to the provider (see Dispatcher.dispatch).
+UNSENT = frozenset({"unconvertible", "no_capacity", "connect", "credentials"})
 TOKEN_COUNT_HEADER = "x-portcullis-token-count"  # who counted: "provider", or "estimate" (the gateway's approximation)
 
 
@@ -295,8 +297,8 @@ class Executor:
         """A request that got no usable answer: settle what it reserved (released, or
         held pending when a provider may have done the work), record it, refuse it."""
         await self._finish(exchange, "failed", error)
-        if exchange.served is None:
-            await self._release(exchange)
+        if not any(attempt["outcome"] not in UNSENT for attempt in exchange.attempts):
+            await self._release(exchange)  # no provider got it: the SDK's retry is a new request
         return self._error(exchange, error)
 
     async def _refuse(self, exchange: Exchange, stage: str, error: GatewayError) -> Response:
@@ -309,9 +311,10 @@ class Executor:
         return self._error(exchange, error)
 
     async def _release(self, exchange: Exchange) -> None:
-        """A signed request that nothing served may come again: the SDK's retry of a 429
-        or a 5xx is signed in the same second, so it has the same signature, and must not
-        be refused as a replay of a request that was never served."""
+        """A signed request that no provider received may come again: the SDK's retry of
+        a 429 or a 5xx is signed in the same second, so it has the same signature, and
+        must not be refused as a replay. One a provider received (it may have done the
+        work) stays remembered: sent again, it is a replay."""
         if exchange.claim is not None:
             await self._auth.release(exchange.claim)
 

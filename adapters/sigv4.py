@@ -127,18 +127,13 @@ def parse(headers: Mapping[str, str], now: dt.datetime) -> SignedRequest:
 
 
 def canonical_uri(raw_path: str) -> str:
-    """The path as sent, dot and empty segments resolved, percent-encoded once more."""
-    segments: list[str] = []
-    for segment in raw_path.split("/"):
-        if segment == "..":
-            if segments:
-                segments.pop()
-        elif segment not in ("", "."):
-            segments.append(segment)
-    path = ("/" if raw_path.startswith("/") else "") + "/".join(segments)
-    if raw_path.endswith("/") and segments:
-        path += "/"
-    return quote(path or "/", safe="/~")
+    """The path as sent, percent-encoded once more. A path with dot or empty segments is
+    refused: SigV4 signs it resolved, but the gateway routes it as sent, so what was signed
+    would not be what is served (botocore never sends one)."""
+    segments = raw_path.removesuffix("/").split("/")[1:]  # a trailing slash is a path of its own
+    if any(segment in ("", ".", "..") for segment in segments):
+        raise refusal("invalid_signature", "the signed path has empty or dot segments")
+    return quote(raw_path or "/", safe="/~")
 
 
 def canonical_query(query: str) -> str:

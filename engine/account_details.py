@@ -18,7 +18,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:assumed-role|role|user|group|instance-profile)/[\w+=,.@/-]+"), "(an AWS identity)"),
     (re.compile(r"\b(?:AKIA|ASIA|AROA|AIDA|ANPA|AGPA)[A-Z0-9]{12,20}\b"), "(an access key id)"),
     (re.compile(r"\b(?:Credential|Signature|SignedHeaders|X-Amz-(?:Security-Token|Credential|Signature))=[^\s,&\"']+", re.I), "(signing detail)"),
-    (re.compile(r"(?<![\d.])\d{12}(?![\d.])"), "(an account id)"),
+    (re.compile(r"(?<![\d.-])(?:\d{12}|\d{4}-\d{4}-\d{4})(?!\d|[.-]\d)"), "(an account id)"),
 )
 
 

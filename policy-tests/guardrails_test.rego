@@ -2,9 +2,9 @@
 # request gets a weaker one than either requires: `portcullis policy test policies policy-tests`.
 package portcullis.guardrails_test
 
-strict := {"identifier": "gr0strict", "version": "3", "trace": "enabled"}
+strict := {"identifier": "gr0strict", "version": "3"}
 
-strict_untraced := {"identifier": "gr0strict", "version": "3"}
+strict_too := {"identifier": "gr0strict", "version": "3"}
 
 lenient := {"identifier": "gr0lenient", "version": "DRAFT"}
 
@@ -17,7 +17,7 @@ catalog := {
 	"aliases": {},
 	"models": {
 		"plain": {"targets": [target("bedrock", "plain-v1")]},
-		"guarded": {"targets": [target("bedrock", "guarded-v1")], "guardrail": strict_untraced},
+		"guarded": {"targets": [target("bedrock", "guarded-v1")], "guardrail": strict_too},
 		"lenient": {"targets": [target("bedrock", "lenient-v1")], "guardrail": lenient},
 		# its fallback requires another guardrail, so it can never serve this model's requests
 		"guarded-then-lenient": {"targets": [target("bedrock", "gtl-v1")], "guardrail": strict, "fallbacks": ["lenient", "plain"]},
@@ -51,13 +51,13 @@ test_a_team_guardrail_applies_to_every_model if {
 	plan.guardrail == strict
 }
 
-test_a_model_guardrail_applies_to_every_team_and_trace_defaults_to_disabled if {
+test_a_model_guardrail_applies_to_every_team if {
 	plan := decide("open", "guarded")
 	plan.allow
-	plan.guardrail == {"identifier": "gr0strict", "version": "3", "trace": "disabled"}
+	plan.guardrail == {"identifier": "gr0strict", "version": "3"}
 }
 
-test_the_same_guardrail_from_both_keeps_the_fuller_trace if {
+test_the_same_guardrail_from_both_applies_once if {
 	plan := decide("careful", "guarded")
 	plan.allow
 	plan.guardrail == strict

@@ -20,11 +20,14 @@ ACCOUNT = "123456789012"
         "Credential=AKIAIOSFODNN7EXAMPLE/20261201/us-east-1/bedrock/aws4_request, Signature=abc123",
         "access key ASIAIOSFODNN7EXAMPLE expired",
         "role/PortcullisBedrockAccess lacks bedrock:InvokeModel",
+        f"Access denied for account {ACCOUNT}.",
+        "Access denied for account 1234-5678-9012.",
     ],
 )
 def test_account_details_are_removed(message: str) -> None:
     cleaned = without_account_details(message)
-    for secret in (ACCOUNT, "GatewayRole", "AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE", "host:y", "abc123", "PortcullisBedrockAccess", "arn:aws"):
+    revealing = (ACCOUNT, "1234-5678-9012", "GatewayRole", "AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE", "host:y", "abc123", "PortcullisBedrockAccess")
+    for secret in (*revealing, "arn:aws"):
         assert secret not in cleaned
     assert cleaned.strip()
 

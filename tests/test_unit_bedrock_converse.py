@@ -348,8 +348,8 @@ def test_a_same_protocol_stream_goes_to_the_client_as_the_providers_bytes() -> N
 def test_the_policys_guardrail_replaces_the_clients_in_the_body() -> None:
     raw = json.dumps(hello(guardrailConfig={"guardrailIdentifier": "mine", "guardrailVersion": "9", "streamProcessingMode": "async"})).encode()
     headers: dict[str, str] = {}
-    sent = json.loads(wire.require_guardrail(raw, headers, {"identifier": "gr-1", "version": "2", "trace": "enabled"}))
-    assert sent["guardrailConfig"] == {"guardrailIdentifier": "gr-1", "guardrailVersion": "2", "trace": "enabled"} and headers == {}
+    sent = json.loads(wire.require_guardrail(raw, headers, {"identifier": "gr-1", "version": "2"}))
+    assert sent["guardrailConfig"] == {"guardrailIdentifier": "gr-1", "guardrailVersion": "2"} and headers == {}
     assert shape_errors({**sent, "modelId": MODEL_ID}, "ConverseStreamRequest") == ""
     assert json.loads(wire.require_guardrail(b'{"messages": []}', {}, {"identifier": "g", "version": "1"}))["guardrailConfig"] == {
         "guardrailIdentifier": "g",

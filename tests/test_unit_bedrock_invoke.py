@@ -147,17 +147,28 @@ def test_nothing_of_the_client_goes_upstream_in_headers() -> None:
 def test_the_policys_guardrail_goes_in_invokemodels_headers() -> None:
     headers = wire.upstream_headers(None, {})
     body = b'{"anthropic_version":"bedrock-2023-05-31"}'
-    assert wire.require_guardrail(body, headers, {"identifier": "gr-1", "version": "3", "trace": "enabled"}) == body
+    assert wire.require_guardrail(body, headers, {"identifier": "gr-1", "version": "3"}) == body
     assert headers == {
         "content-type": "application/json",
         "accept": "application/json",
         "X-Amzn-Bedrock-GuardrailIdentifier": "gr-1",
         "X-Amzn-Bedrock-GuardrailVersion": "3",
-        "X-Amzn-Bedrock-Trace": "ENABLED",
     }
-    untraced = wire.upstream_headers(None, {})
-    wire.require_guardrail(body, untraced, {"identifier": "gr-1", "version": "DRAFT"})
-    assert "X-Amzn-Bedrock-Trace" not in untraced and untraced["X-Amzn-Bedrock-GuardrailVersion"] == "DRAFT"
+
+
+def test_the_policys_guardrail_drops_the_bodys_guardrail_configuration() -> None:
+    """Its tag suffix would make the guardrail judge only tagged text; its asynchronous
+    mode would stream text out before the guardrail judged it."""
+    body = b'{"anthropic_version":"bedrock-2023-05-31","amazon-bedrock-guardrailConfig":{"tagSuffix":"x","streamProcessingMode":"ASYNCHRONOUS"}}'
+    sent = json.loads(wire.require_guardrail(body, {}, {"identifier": "gr-1", "version": "3"}))
+    assert sent == {"anthropic_version": "bedrock-2023-05-31"}
+
+
+def test_a_guardrail_trace_is_refused_naming_the_header() -> None:
+    raw = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    with pytest.raises(GatewayError) as refused:
+        wire.parse(raw, {"X-Amzn-Bedrock-Trace": "ENABLED"}, "", DEFAULT_LIMITS, {"model": "anthropic.claude-v2", "action": "invoke"})
+    assert refused.value.kind == ErrorKind.INVALID_REQUEST and "x-amzn-bedrock-trace" in refused.value.message
 
 
 def test_passthrough_is_the_clients_bytes_unless_the_output_must_be_capped() -> None:
@@ -309,7 +320,7 @@ def test_a_clients_own_guardrail_goes_to_bedrock_and_the_policys_replaces_it() -
     headers = wire.upstream_headers(None, request.forward_headers)
     assert headers["x-amzn-bedrock-guardrailidentifier"] == "client-guard" and headers["x-amzn-bedrock-guardrailversion"] == "2"
     assert "authorization" not in headers and "pk-secret" not in json.dumps(headers)
-    body = wire.require_guardrail(raw, headers, {"identifier": "policy-guard", "version": "1", "trace": "enabled"})
+    body = wire.require_guardrail(raw, headers, {"identifier": "policy-guard", "version": "1"})
     assert body == raw
-    guard = {name.lower(): value for name, value in headers.items() if "guardrail" in name.lower() or "trace" in name.lower()}
-    assert guard == {"x-amzn-bedrock-guardrailidentifier": "policy-guard", "x-amzn-bedrock-guardrailversion": "1", "x-amzn-bedrock-trace": "ENABLED"}
+    guard = {name.lower(): value for name, value in headers.items() if "guardrail" in name.lower()}
+    assert guard == {"x-amzn-bedrock-guardrailidentifier": "policy-guard", "x-amzn-bedrock-guardrailversion": "1"}

@@ -21,7 +21,7 @@ from tests.bundles import APAC_PROFILE_REGIONS, CATALOG, REFERENCE_PROVIDERS, TE
 
 PROVIDERS = {"anthropic-us", "anthropic-eu", "openai-main", *REFERENCE_PROVIDERS}
 TODAY = dt.date(2026, 11, 30)
-STRICT = {"identifier": "gr0strict", "version": "3", "trace": "enabled"}
+STRICT = {"identifier": "gr0strict", "version": "3"}
 
 
 def load(directory: Path) -> ActiveBundle:
@@ -108,17 +108,17 @@ def test_a_team_guardrail_reaches_the_typed_plan_and_its_audit_view(tmp_path: Pa
     tenants["teams"]["eng"]["guardrail"] = STRICT
     active = load(write_bundle(tmp_path / "b", tenants, reference_catalog()))
     plan = decide(active, "eng")
-    assert plan.allow and plan.guardrail == Guardrail("gr0strict", "3", "enabled")
+    assert plan.allow and plan.guardrail == Guardrail("gr0strict", "3")
     assert plan.audit_view()["guardrail"] == STRICT
     unguarded = decide(active, "eu-team")
     assert unguarded.guardrail is None and "guardrail" not in unguarded.audit_view()
 
 
-def test_a_model_guardrail_defaults_to_no_trace(tmp_path: Path) -> None:
+def test_a_model_guardrail_applies_as_declared(tmp_path: Path) -> None:
     catalog = reference_catalog()
     catalog["models"]["claude-sonnet-4-5"]["guardrail"] = {"identifier": "arn:aws:bedrock:ap-northeast-2:123456789012:guardrail/gr0model", "version": "DRAFT"}
     plan = decide(load(write_bundle(tmp_path / "b", catalog=catalog)), "eng")
-    assert plan.guardrail == Guardrail("arn:aws:bedrock:ap-northeast-2:123456789012:guardrail/gr0model", "DRAFT", "disabled")
+    assert plan.guardrail == Guardrail("arn:aws:bedrock:ap-northeast-2:123456789012:guardrail/gr0model", "DRAFT")
 
 
 def test_conflicting_guardrails_are_refused_without_naming_either(tmp_path: Path) -> None:
@@ -137,7 +137,7 @@ def test_conflicting_guardrails_are_refused_without_naming_either(tmp_path: Path
     [
         ({"identifier": "gr0strict", "version": 1}, "1 is not of type 'string'"),
         ({"identifier": "gr0strict", "version": "latest"}, "'latest' does not match"),
-        ({"identifier": "gr0strict", "version": "1", "trace": "on"}, "'on' is not one of"),
+        ({"identifier": "gr0strict", "version": "1", "trace": "enabled"}, "Additional properties are not allowed"),
         ({"identifier": "Not An Id", "version": "1"}, "'Not An Id' does not match"),
         ({"version": "1"}, "'identifier' is a required property"),
     ],

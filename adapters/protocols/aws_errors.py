@@ -42,6 +42,12 @@ _CODE_TYPES = {
 }
 
 
+# A guardrail trace carries the model's output as it was before the guardrail (and the
+# text the guardrail matched) back to the client: past the gateway's own output guards
+# and PII restore. No trace is asked for, and a client asking for one is told why.
+NO_TRACE = "{where}: this gateway does not return guardrail traces; send it disabled"
+
+
 def error_type(error: GatewayError) -> str:
     return _CODE_TYPES.get(error.code or "", _TYPES.get(error.kind, "InternalServerException"))
 

@@ -168,7 +168,16 @@ class _EventParser:
         if not _NAME.fullmatch(name):
             raise EventStreamError("an event-stream frame has no usable event type")
         if exception or not self._unwrap:
-            return FramedEvent(name, f'{{"{name}":{data or "{}"}}}', frame.raw, exception=exception)
+            try:  # parsed, not pasted in: a payload must be one JSON object, whatever its bytes say
+                payload = json.loads(data) if data else {}
+            except ValueError:
+                raise EventStreamError("an event-stream payload is not JSON") from None
+            if not isinstance(payload, dict):
+                raise EventStreamError("an event-stream payload is not a JSON object")
+            message = frame.headers.get(":error-message")
+            if exception and isinstance(message, str) and "message" not in payload:
+                payload["message"] = message  # an error frame says it in a header
+            return FramedEvent(name, _dumps({name: payload}), frame.raw, exception=exception)
         if name == "chunk":
             try:
                 inner = base64.b64decode(json.loads(data)["bytes"], validate=True).decode("utf-8")

@@ -60,7 +60,7 @@ CONVERSE = "bedrock_converse"
 INVOKE_CLIENTS = frozenset({"anthropic_messages", INVOKE})
 # What Bedrock reads besides the signature; every other header is dropped.
 _FORWARDED = frozenset({"content-type", "accept"})
-_FORWARDED_PREFIXES = ("x-amzn-bedrock-", "x-portcullis-")
+_FORWARDED_PREFIXES = ("x-amzn-bedrock-",)  # Bedrock reads no other header of the gateway's
 _CHAIN = "environment, shared config/credentials profile, web identity (IRSA), container (ECS/Pod Identity), instance metadata"
 # A model id, behind a cross-region inference profile's prefix or not: us.anthropic.claude-...
 _ANTHROPIC_ID = re.compile(r"(?:[a-z][a-z-]*\.)?anthropic\.")

@@ -29,7 +29,10 @@ class ReplayGuard(Protocol):
 
 
 class MemoryReplayGuard:
-    MAX_ENTRIES = 200_000  # bounded memory: expired entries are swept when it fills
+    # Bounded memory (~40 MB): expired entries are swept when it fills; when every entry
+    # is still live (over ~200 signed requests a second for 15 minutes) new signatures are
+    # refused rather than old ones forgotten, which would let those be replayed.
+    MAX_ENTRIES = 200_000
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -42,8 +45,8 @@ class MemoryReplayGuard:
             return False
         if len(self._seen) >= self.MAX_ENTRIES:
             self._seen = {seen: until for seen, until in self._seen.items() if until > now}
-            if len(self._seen) >= self.MAX_ENTRIES:  # all live: the oldest half goes, as a cache would
-                self._seen = dict(list(self._seen.items())[self.MAX_ENTRIES // 2 :])
+            if len(self._seen) >= self.MAX_ENTRIES:
+                raise StoreUnavailable("too many signed requests in the replay window for the embedded store")
         self._seen[signature] = now + remember_ms / 1000
         return True
 

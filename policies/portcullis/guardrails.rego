@@ -3,14 +3,12 @@
 # one guardrail per request, so the plan carries exactly one or none. Merged so that
 # no request gets a weaker guardrail than either requires:
 # - only one requires a guardrail: that one;
-# - both name the same guardrail (identifier and version): it, with the fuller trace;
+# - both name the same guardrail (identifier and version): it;
 # - they differ: the request is refused (guardrail_conflict), since serving either
 #   would drop the other;
 # - a fallback model whose own requirement is not the plan's guardrail is rejected as
 #   a target (guardrail_conflict), so a fallback never serves with a weaker one.
 package portcullis.guardrails
-
-_trace_detail := {"disabled": 0, "enabled": 1, "enabled_full": 2}
 
 # {"guardrail": the plan's guardrail or null, "conflict": whether the team's and the
 # model's requirements differ, "unserved": {canonical model of the candidate chain:
@@ -43,7 +41,7 @@ _plan_guardrail(team, model) := model if {
 	team == null
 } else := _normal(team) if {
 	model == null
-} else := _fuller(_normal(team), model) if {
+} else := model if {
 	_same(team, model)
 }
 
@@ -54,14 +52,4 @@ _same(a, b) if {
 	a.version == b.version
 }
 
-# Trace is how much of the guardrail's assessment comes back; the fuller one wins, so
-# whoever asked for a trace gets it.
-_fuller(team, model) := team if {
-	_trace_detail[team.trace] >= _trace_detail[model.trace]
-} else := model
-
-_normal(guardrail) := {
-	"identifier": guardrail.identifier,
-	"version": guardrail.version,
-	"trace": object.get(guardrail, "trace", "disabled"),
-}
+_normal(guardrail) := {"identifier": guardrail.identifier, "version": guardrail.version}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from portcullis.adapters.protocols.aws_errors import NO_TRACE
 from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.validation import RequestLimits, Walk, too_many, wrong_type
 from portcullis.engine.errors import printable
@@ -52,7 +53,10 @@ def validate(body: dict[str, Any], limits: RequestLimits) -> set[str]:
     guardrail = walk.mapping(body, "guardrailConfig", "")
     for name in ("guardrailIdentifier", "guardrailVersion", "trace", "streamProcessingMode"):
         walk.string(guardrail or {}, name, "guardrailConfig.")
+    if (guardrail or {}).get("trace", "disabled") != "disabled":
+        raise invalid(NO_TRACE.format(where="guardrailConfig.trace"))
     return needs
+
 
 
 def union(walk: Walk, value: Any, where: str, known: tuple[str, ...], what: str) -> tuple[str, Any]:

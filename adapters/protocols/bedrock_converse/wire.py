@@ -99,9 +99,25 @@ def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[s
     client sent (its own could name another guardrail, or stream asynchronously: text
     released before the guardrail judged it)."""
     config = {"guardrailIdentifier": guardrail["identifier"], "guardrailVersion": guardrail["version"]}
-    if guardrail.get("trace"):
-        config["trace"] = guardrail["trace"]
+    if b'"guardContent"' in body:
+        # With guardContent blocks Bedrock judges only those: the policy's guardrail must judge it all.
+        document = json.loads(body)
+        _unguarded(document)
+        body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
     return set_member(body, "guardrailConfig", config)
+
+
+def _unguarded(body: dict[str, Any]) -> None:
+    """Every ``guardContent`` block as the plain block it wraps (text or image)."""
+    blocks = [*(body.get("system") or ())]
+    for message in body.get("messages") or ():
+        blocks.extend(message.get("content") or ())
+    for block in blocks:
+        guarded = block.pop("guardContent", None) if isinstance(block, dict) else None
+        if isinstance(guarded, dict) and isinstance(guarded.get("text"), dict):
+            block["text"] = guarded["text"].get("text", "")
+        elif isinstance(guarded, dict) and "image" in guarded:
+            block["image"] = guarded["image"]
 
 
 def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:

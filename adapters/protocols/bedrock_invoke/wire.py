@@ -9,6 +9,7 @@ the envelope, the framing and the errors is the Messages protocol's own, reused.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -16,9 +17,10 @@ from urllib.parse import quote
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.protocols import aws_errors
 from portcullis.adapters.protocols.anthropic_messages import wire as messages
+from portcullis.adapters.protocols.aws_errors import NO_TRACE
 from portcullis.adapters.protocols.bedrock_invoke import envelope
 from portcullis.adapters.protocols.eventstream import INVOKE_FRAMING, FramedEvent
-from portcullis.adapters.protocols.jsonbody import parse_json_object
+from portcullis.adapters.protocols.jsonbody import invalid, parse_json_object
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.engine.pricing import Usage
@@ -50,8 +52,12 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: Reque
 
 
 def _client_guardrail(headers: Mapping[str, str]) -> dict[str, str]:
-    """The guardrail the client asked for itself (it only ever restricts the answer)."""
-    found = {name.lower(): headers.get(name, "") for name in GUARDRAIL_HEADERS.values()}
+    """The guardrail the client asked for itself (it only ever restricts the answer);
+    never its trace (``aws_errors.NO_TRACE`` says why)."""
+    sent = {name.lower(): value for name, value in headers.items()}
+    if sent.get(TRACE_HEADER, "DISABLED").upper() != "DISABLED":
+        raise invalid(NO_TRACE.format(where=f"{TRACE_HEADER} header"))
+    found = {name.lower(): sent.get(name.lower(), "") for name in GUARDRAIL_HEADERS.values()}
     return {name: value for name, value in found.items() if value and len(value) <= 2048 and value.isprintable()}
 
 
@@ -83,18 +89,25 @@ def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[st
 
 
 # InvokeModel names its guardrail in headers, as boto3 sends ``guardrailIdentifier`` and the rest.
-GUARDRAIL_HEADERS = {"identifier": "X-Amzn-Bedrock-GuardrailIdentifier", "version": "X-Amzn-Bedrock-GuardrailVersion", "trace": "X-Amzn-Bedrock-Trace"}
+GUARDRAIL_HEADERS = {"identifier": "X-Amzn-Bedrock-GuardrailIdentifier", "version": "X-Amzn-Bedrock-GuardrailVersion"}
+TRACE_HEADER = "x-amzn-bedrock-trace"
+GUARDRAIL_CONFIG = "amazon-bedrock-guardrailConfig"  # a body member: tag suffix, streaming mode
 
 
 def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[str, str]) -> bytes:
     """The policy's guardrail as InvokeModel's headers. A client's own never reaches them
-    (the client's own is removed first); the body is left as it is."""
+    (the client's own is removed first, and so is the body's guardrail configuration,
+    whose tag suffix or asynchronous mode would let the client narrow what it judges)."""
     for header in GUARDRAIL_HEADERS.values():
         headers.pop(header.lower(), None)
+    if GUARDRAIL_CONFIG.encode() in body:
+        document = json.loads(body)
+        document.pop(GUARDRAIL_CONFIG, None)
+        body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
     for name, header in GUARDRAIL_HEADERS.items():
         value = guardrail.get(name)
         if value:
-            headers[header] = value.upper() if name == "trace" else value  # the header takes ENABLED, DISABLED, ENABLED_FULL
+            headers[header] = value
     return body
 
 
