@@ -97,7 +97,7 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     ``clock`` is the one every part reads: prices, periods and bundle validity agree."""
     offload.configure(config.request_limits.offload_bytes)
     providers = {name: build_provider(provider) for name, provider in config.providers.items()}
-    active = load_bundle(config, providers.keys(), clock().date())
+    active = load_bundle(config, config.provider_regions(), clock().date())
     seal = configured_seal(config.aws_credentials)  # a missing or malformed seal key stops start-up here
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
     try:
@@ -106,7 +106,7 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     except BaseException:
         await store.close()
         raise
-    bundles = BundleManager(config, providers.keys(), active, lambda: clock().date())
+    bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
     authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
     dispatcher = Dispatcher(providers, pools, config.max_attempts)
     governance = Governance(store.ledger, providers, audit, clock)

@@ -214,6 +214,11 @@ class Config:
     request_limits: RequestLimits = field(default_factory=lambda: RequestLimits())
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
+    def provider_regions(self) -> dict[str, str | None]:
+        """Each provider and the region it calls (Bedrock's are bound to one), for the
+        bundle's targets to be checked against: a region lock judges the declared region."""
+        return {name: provider.region if provider.type == "bedrock" else None for name, provider in self.providers.items()}
+
 
 def load_config(path: Path) -> Config:
     try:

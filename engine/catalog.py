@@ -30,7 +30,10 @@ def routes_across_regions(model: str) -> bool:
 
 
 def catalog_problems(catalog: Mapping[str, Any], providers: Collection[str], prices: PriceTable, today: dt.date) -> list[str]:
-    """Every inconsistency found, each naming the field at fault; empty when the catalog is sound."""
+    """Every inconsistency found, each naming the field at fault; empty when the catalog is
+    sound. ``providers``: the configured providers' names, or a mapping of each to the
+    region it calls (None for one not bound to a region), so that a target's declared
+    region — what region locks judge — is the region its provider really calls."""
     models: Mapping[str, Any] = catalog.get("models", {})
     problems: list[str] = []
     for alias, model in catalog.get("aliases", {}).items():
@@ -47,6 +50,9 @@ def catalog_problems(catalog: Mapping[str, Any], providers: Collection[str], pri
             if target["provider"] not in providers:
                 problems.append(f"{where}.provider: {target['provider']!r} is not a configured provider")
             problems += _region_problems(where, target)
+            called = providers.get(target["provider"]) if isinstance(providers, Mapping) else None
+            if called is not None and target["region"] != called:
+                problems.append(f"{where}.region: {target['region']!r}, but provider {target['provider']!r} calls region {called!r}")
             if prices.price_for(target["provider"], target["model"], target.get("region"), today) is None:
                 problems.append(
                     f"{where}: no price in effect for {target['provider']}/{target['model']}"

@@ -147,3 +147,16 @@ def test_a_malformed_guardrail_is_refused_at_activation(tmp_path: Path, guardrai
     tenants["teams"]["eng"]["guardrail"] = guardrail
     with pytest.raises(BundleError, match=message):
         load(write_bundle(tmp_path / "b", tenants))
+
+
+def test_a_bedrock_target_declares_the_region_its_provider_calls(tmp_path: Path) -> None:
+    """A region lock judges the declared region: one the provider does not call would let
+    an Oregon call pass a Seoul-only lock."""
+    regions = {"anthropic-us": None, "anthropic-eu": None, "openai-main": None, "bedrock-apne2": "ap-northeast-2", "bedrock-usw2": "us-west-2"}
+    bundle = parse_bundle(read_bundle_files(write_bundle(tmp_path / "ok", catalog=reference_catalog())), [])
+    assert activate(bundle, regions, TODAY).policy is not None
+    catalog = reference_catalog()
+    catalog["models"]["claude-sonnet-4-5"]["targets"][1]["region"] = "ap-northeast-2"  # bedrock-usw2 calls us-west-2
+    with pytest.raises(BundleError) as refused:
+        activate(parse_bundle(read_bundle_files(write_bundle(tmp_path / "bad", catalog=catalog)), []), regions, TODAY)
+    assert "catalog.models.claude-sonnet-4-5.targets[1].region" in str(refused.value) and "calls region 'us-west-2'" in str(refused.value)

@@ -68,7 +68,7 @@ def _keys_create(args: argparse.Namespace) -> int:
             raise Failure(f"--{label} must be 1-128 letters, digits or ._@- and start with a letter or digit, as in the bundle's tenants")
     config = load_config(Path(args.config))
     try:
-        bundle = load_bundle(config, config.providers.keys(), dt.datetime.now(dt.UTC).date())
+        bundle = load_bundle(config, config.provider_regions(), dt.datetime.now(dt.UTC).date())
         if args.team not in bundle.bundle.data["portcullis"]["tenants"]["teams"]:
             print(
                 f"portcullis: warning: team {args.team!r} is not in bundle revision {bundle.revision!r}; the key will be refused until it is", file=sys.stderr
@@ -167,7 +167,7 @@ def _ledger_reconcile(args: argparse.Namespace) -> int:
             except (ValueError, KeyError, TypeError):
                 raise Failure(f"{args.usage}:{number}: expected a JSON object with a request_id") from None
     try:
-        bundle = load_bundle(config, config.providers.keys(), dt.datetime.now(dt.UTC).date())
+        bundle = load_bundle(config, config.provider_regions(), dt.datetime.now(dt.UTC).date())
     except BundleError as error:
         raise Failure(f"the policy bundle is needed for prices and cannot be loaded: {error}") from None
 
