@@ -109,10 +109,11 @@ def bedrock_gateway(directory: Path, fakes: Fakes, bedrock: BedrockFakes, bundle
     credentials) and the fake account's keys for its own signatures."""
     bundle = bundle or reference_bundle(directory / "bundle")
     providers = gateway_config(directory, fakes, bundle)["providers"]
-    timeouts = {"connect_seconds": 2, "read_seconds": 3}
+    # No rest after a 429: each test scripts its own throttling, and the next must find the region open.
+    common = {"type": "bedrock", "timeouts": {"connect_seconds": 2, "read_seconds": 3}, "cooldown_seconds": 0}
     regional = [
-        {"name": "bedrock-apne2", "type": "bedrock", "region": "ap-northeast-2", "endpoint_url": bedrock.apne2.url, "timeouts": timeouts},
-        {"name": "bedrock-usw2", "type": "bedrock", "region": "us-west-2", "endpoint_url": bedrock.usw2.url, "timeouts": timeouts},
+        {"name": "bedrock-apne2", "region": "ap-northeast-2", "endpoint_url": bedrock.apne2.url, **common},
+        {"name": "bedrock-usw2", "region": "us-west-2", "endpoint_url": bedrock.usw2.url, **common},
     ]
     overrides = {"providers": [*providers, *regional], "auth": SIGV4, **overrides}  # auth merges into the defaults
     return new_gateway(directory, fakes, bundle, **overrides).start({**SEAL_ENV, **AWS_ENV})

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import anthropic
+import boto3
+import botocore.config
 import botocore.exceptions
 import openai
 import pytest
@@ -34,6 +37,7 @@ from tests.bedrock_helpers import (
     invoke_body,
     invoke_chunks,
     operations,
+    self_signed,
     session_bedrock,  # noqa: F401 (a fixture)
     signed_by_gateway,
     streamed_text,
@@ -45,11 +49,12 @@ pytestmark = pytest.mark.served
 
 ENCODED = f"/model/{quote(SONNET_ID, safe='')}"
 BEDROCK_VERSION = "bedrock-2023-05-31"
+NO_RETRIES = botocore.config.Config(retries={"max_attempts": 1}, read_timeout=15)
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes, session_bedrock: BedrockFakes) -> Iterator[GatewayProcess]:  # noqa: F811
-    running = bedrock_gateway(tmp_path_factory.mktemp("bedrock"), session_fakes, session_bedrock)
+    running = bedrock_gateway(tmp_path_factory.mktemp("bedrock"), session_fakes, session_bedrock, limits={"max_attempts": 4})  # the whole route and its fallback
     yield running
     running.stop()
 
@@ -149,3 +154,153 @@ def test_anthropic_bedrock_with_its_default_version_is_served_by_bedrock(referen
     message = client.messages.create(model=SONNET_ID, max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
     assert message.content[0].text == "Hello from the fake provider."
     assert operations(bedrock.apne2) == ["invoke"]
+
+
+# --- 2. Bearer keys, over HTTPS ------------------------------------------------------------
+
+
+def test_boto3_with_a_bearer_token_over_https(
+    tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """boto3 sends ``AWS_BEARER_TOKEN_BEDROCK`` as a Bearer token, and only over HTTPS."""
+    cert_file, key_file = self_signed(tmp_path)
+    gateway = bedrock_gateway(tmp_path / "gw", fakes, bedrock, listen={"tls": {"cert_file": str(cert_file), "key_file": str(key_file)}})
+    try:
+        assert gateway.url.startswith("https://")
+        key = gateway.key("eng")
+        monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", key)
+        client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=gateway.url, verify=str(cert_file), config=NO_RETRIES)
+        answer = client.converse(modelId=SONNET_ID, **CONVERSE)
+        assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
+        events = list(client.converse_stream(modelId=SONNET_ID, **CONVERSE)["stream"])
+        assert streamed_text(events) == "Hello from the fake provider."
+        assert operations(bedrock.apne2) == ["converse", "converse-stream"]
+        for sent in bedrock.apne2.received:
+            assert signed_by_gateway(sent) and key not in json.dumps(sent.headers)
+        started = next(r for r in gateway.records_for(request_id(answer)) if r["event"] == "request_started")
+        assert started["principal"]["team"] == "eng" and not started["principal"]["key_id"].startswith("PCAK")
+    finally:
+        gateway.stop()
+
+
+# --- 3. Messages and Chat clients served by Bedrock ------------------------------------------
+
+
+def test_a_messages_client_is_served_by_invoke_model_near_passthrough(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+    bedrock.apne2.script(SONNET_ID, Reply(text="Plain."), Reply(text="Streamed.", pieces=3))
+    client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
+    system: Any = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
+    request: Any = {"model": CANONICAL, "max_tokens": 64, "system": system, "messages": [{"role": "user", "content": "Hi"}]}
+    created = client.messages.with_raw_response.create(**request)
+    assert created.parse().content[0].text == "Plain." and created.parse().usage.output_tokens == 20
+    with client.messages.stream(**request) as events:
+        assert "".join(events.text_stream) == "Streamed."
+        assert events.get_final_message().stop_reason == "end_turn"
+    assert operations(bedrock.apne2) == ["invoke", "invoke-with-response-stream"]
+    for sent in bedrock.apne2.received:
+        assert sent.json["anthropic_version"] == BEDROCK_VERSION and "model" not in sent.json and "stream" not in sent.json
+        # The client's members in the client's order (the SDK's: model taken out), cache_control kept.
+        assert sent.json["system"] == system and list(sent.json) == ["anthropic_version", "max_tokens", "messages", "system"]
+    outcome = reference.outcome(created.headers["x-portcullis-request-id"])
+    assert outcome["served"]["provider"] == "bedrock-apne2" and outcome["cost_micro_usd"] == 600
+    assert "x-portcullis-model-fallback" not in created.headers
+
+
+def test_a_chat_client_is_served_by_converse(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+    """A Chat body is not a Messages body: it goes to the Bedrock target through Converse."""
+    bedrock.apne2.script(SONNET_ID, Reply(text="Chat plain."), Reply(text="Chat streamed.", pieces=3))
+    client = openai.OpenAI(base_url=f"{reference.url}/v1", api_key=reference.key("eng"), max_retries=0)
+    messages: Any = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    created = client.chat.completions.with_raw_response.create(model=CANONICAL, messages=messages, max_tokens=64)
+    assert created.parse().choices[0].message.content == "Chat plain." and created.parse().usage.completion_tokens == 20
+    chunks = client.chat.completions.create(model=CANONICAL, messages=messages, max_tokens=64, stream=True, stream_options={"include_usage": True})
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Chat streamed."
+    assert operations(bedrock.apne2) == ["converse", "converse-stream"]
+    first = bedrock.apne2.received[0].json
+    assert first["system"] == [{"text": "Be brief."}] and first["messages"] == [{"role": "user", "content": [{"text": "Hi"}]}]
+    assert first["inferenceConfig"]["maxTokens"] == 64
+    assert reference.outcome(created.headers["x-portcullis-request-id"])["served"]["provider"] == "bedrock-apne2"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_messages_client_is_served_by_a_converse_only_model(stream: bool, reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+    bedrock.usw2.script(NOVA, Reply(text="Nova speaks.", pieces=3))
+    client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
+    request: Any = {"model": NOVA, "max_tokens": 64, "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}]}
+    if stream:
+        with client.messages.stream(**request) as events:
+            assert "".join(events.text_stream) == "Nova speaks."
+    else:
+        assert client.messages.create(**request).content[0].text == "Nova speaks."
+    (sent,) = bedrock.usw2.received
+    assert sent.path == f"/model/{quote(NOVA, safe='')}/{'converse-stream' if stream else 'converse'}" and signed_by_gateway(sent)
+    assert sent.json["system"] == [{"text": "Be brief."}] and sent.json["messages"] == [{"role": "user", "content": [{"text": "Hi"}]}]
+    assert not bedrock.apne2.received
+
+
+# --- 4. failover on the reference routing ------------------------------------------------------
+
+
+def test_a_throttled_region_fails_over_to_the_next(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+    bedrock.apne2.script(SONNET_ID, Fail(429))
+    bedrock.usw2.script(SONNET_ID, Reply(text="Hello from Oregon."))
+    answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
+    assert answer["output"]["message"]["content"][0]["text"] == "Hello from Oregon."
+    assert operations(bedrock.apne2) == ["converse"] and operations(bedrock.usw2) == ["converse"]
+    assert bedrock.apne2.received[0].body == bedrock.usw2.received[0].body  # the same request, signed for another region
+    assert "x-portcullis-model-fallback" not in answer["ResponseMetadata"]["HTTPHeaders"]  # the same canonical model
+    outcome = reference.outcome(request_id(answer))
+    assert [(a["provider"], a["status"]) for a in outcome["attempts"]] == [("bedrock-apne2", 429), ("bedrock-usw2", 200)]
+    assert outcome["event"] == "request_finished" and outcome["served"]["region"] == "us-west-2"
+
+
+def test_both_regions_failing_falls_back_to_anthropic_direct(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:  # noqa: F811
+    bedrock.apne2.script(SONNET_ID, Fail(500))
+    bedrock.usw2.script(SONNET_ID, Fail(503))
+    fakes.anthropic_us.script(DIRECT, Reply(text="Hello from Anthropic.", pieces=3))
+    client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
+    with client.messages.stream(model=CANONICAL, max_tokens=64, messages=[{"role": "user", "content": "Hi"}]) as events:
+        assert "".join(events.text_stream) == "Hello from Anthropic."
+        request = events.response.headers["x-portcullis-request-id"]
+        assert "x-portcullis-model-fallback" not in events.response.headers
+    assert operations(bedrock.apne2) == ["invoke-with-response-stream"] and operations(bedrock.usw2) == ["invoke-with-response-stream"]
+    (direct,) = fakes.anthropic_us.received
+    assert direct.path == "/v1/messages" and direct.json["model"] == DIRECT and direct.json["stream"] is True and "anthropic_version" not in direct.json
+    outcome = reference.outcome(request)
+    assert [(a["provider"], a["status"]) for a in outcome["attempts"]] == [("bedrock-apne2", 500), ("bedrock-usw2", 503), ("anthropic-us", 200)]
+    assert outcome["served"]["provider"] == "anthropic-us"
+
+
+def test_the_fallback_header_says_when_another_model_served(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:  # noqa: F811
+    for fake, model in ((bedrock.apne2, SONNET_ID), (bedrock.usw2, SONNET_ID), (fakes.anthropic_us, DIRECT)):
+        fake.script(model, Fail(503))
+    answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
+    assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
+    assert answer["ResponseMetadata"]["HTTPHeaders"]["x-portcullis-model-fallback"] == CANONICAL  # names the model asked for
+    assert [r.path for r in fakes.anthropic_eu.received] == ["/v1/messages"]
+    assert reference.outcome(request_id(answer))["served"]["canonical_model"] == "claude-haiku-4-5"
+
+
+def test_a_converse_stream_cut_after_its_first_byte_is_not_failed_over(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+    bedrock.apne2.script(SONNET_ID, CutStream(after=3))
+    answer = boto3_client(reference, credential(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
+    seen: list[dict[str, Any]] = []
+    with pytest.raises(botocore.exceptions.EventStreamError) as failed:
+        seen.extend(answer["stream"])
+    assert list(seen[0]) == ["messageStart"] and "messageStop" not in json.dumps(seen)
+    assert failed.value.response["Error"]["Code"] in ("internalServerException", "serviceUnavailableException", "modelStreamErrorException")
+    assert not bedrock.usw2.received
+    outcome = reference.outcome(request_id(answer))
+    assert outcome["event"] == "request_failed" and [a["provider"] for a in outcome["attempts"]] == ["bedrock-apne2"]
+
+
+def test_a_messages_stream_cut_after_its_first_byte_ends_in_an_sdk_error(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:  # noqa: F811
+    bedrock.apne2.script(SONNET_ID, CutStream(after=3))
+    client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as failed, client.messages.stream(model=CANONICAL, max_tokens=64, messages=[{"role": "user", "content": "Hi"}]) as events:
+        request = events.response.headers["x-portcullis-request-id"]
+        list(events.text_stream)
+    assert failed.value.body["error"]["type"] in ("api_error", "overloaded_error")  # type: ignore[index]
+    assert not bedrock.usw2.received and not fakes.anthropic_us.received
+    outcome = reference.outcome(request)
+    assert outcome["event"] == "request_failed" and [a["provider"] for a in outcome["attempts"]] == ["bedrock-apne2"]
