@@ -9,22 +9,19 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import boto3
 import botocore.config
-import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.bundles import CATALOG, TENANTS, deep_copy, target, write_bundle
-from tests.conftest import UPSTREAM_KEY, Fakes, GatewayProcess, gateway_config, new_gateway
+from tests.conftest import BedrockFakes, Fakes, GatewayProcess, gateway_config, new_gateway
 from tests.fakes import FakeProvider, Received
 from tests.fakes.sigv4 import ACCESS_KEY, SECRET_KEY
 from tests.test_served_bedrock_auth import SEAL_ENV, SIGV4, issue
@@ -44,34 +41,6 @@ AWS_ENV = {
 }
 CONVERSE = {"messages": [{"role": "user", "content": [{"text": "Say hello."}]}], "inferenceConfig": {"maxTokens": 64}}
 INVOKE = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": [{"role": "user", "content": "Say hello."}]}
-
-
-@dataclass
-class BedrockFakes:
-    apne2: FakeProvider
-    usw2: FakeProvider
-
-    def all(self) -> list[FakeProvider]:
-        return [self.apne2, self.usw2]
-
-
-@pytest.fixture(scope="session")
-def session_bedrock() -> Iterator[BedrockFakes]:
-    fakes = BedrockFakes(
-        FakeProvider(UPSTREAM_KEY, "bedrock-apne2", region="ap-northeast-2").start(),
-        FakeProvider(UPSTREAM_KEY, "bedrock-usw2", region="us-west-2").start(),
-    )
-    yield fakes
-    for fake in fakes.all():
-        fake.stop()
-
-
-@pytest.fixture
-def bedrock(session_bedrock: BedrockFakes, fakes: Fakes) -> BedrockFakes:
-    """Both Bedrock fakes reset (and, through ``fakes``, the session's others)."""
-    for fake in session_bedrock.all():
-        fake.reset()
-    return session_bedrock
 
 
 def reference_catalog() -> dict[str, Any]:
@@ -158,7 +127,7 @@ def boto3_client(gateway: GatewayProcess, credential: tuple[str, str], **config:
         endpoint_url=gateway.url,
         aws_access_key_id=credential[0],
         aws_secret_access_key=credential[1],
-        config=botocore.config.Config(retries={"max_attempts": 1}, read_timeout=15, **config),
+        config=botocore.config.Config(retries={"total_max_attempts": 1}, read_timeout=15, **config),
     )
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: real services, the fake providers and gateway processes (bundles: ``tests/bundles.py``).
+"""Shared fixtures: real services, the fake providers (two Bedrock ones among them) and gateway processes (bundles: ``tests/bundles.py``).
 
 Gateways run as real ``portcullis serve`` processes on free ports and are reached over
 real HTTP. PostgreSQL and Redis are the machine's own (``DATABASE_URL`` / ``REDIS_URL``,
@@ -136,6 +136,35 @@ def fakes(session_fakes: Fakes) -> Fakes:
     for fake in session_fakes.all():
         fake.reset()
     return session_fakes
+
+
+# Two Bedrock Runtimes in the reference routing's regions (each checks the gateway's SigV4 for its own).
+@dataclass
+class BedrockFakes:
+    apne2: FakeProvider
+    usw2: FakeProvider
+
+    def all(self) -> list[FakeProvider]:
+        return [self.apne2, self.usw2]
+
+
+@pytest.fixture(scope="session")
+def session_bedrock() -> Iterator[BedrockFakes]:
+    fakes = BedrockFakes(
+        FakeProvider(UPSTREAM_KEY, "bedrock-apne2", region="ap-northeast-2").start(),
+        FakeProvider(UPSTREAM_KEY, "bedrock-usw2", region="us-west-2").start(),
+    )
+    yield fakes
+    for fake in fakes.all():
+        fake.stop()
+
+
+@pytest.fixture
+def bedrock(session_bedrock: BedrockFakes, fakes: Fakes) -> BedrockFakes:
+    """Both Bedrock fakes reset (and, through ``fakes``, the session's others)."""
+    for fake in session_bedrock.all():
+        fake.reset()
+    return session_bedrock
 
 
 # --- gateway processes --------------------------------------------------------------------

@@ -28,9 +28,7 @@ from tests.bedrock_helpers import (
     NOVA,
     SONNET_ARN,
     SONNET_ID,
-    BedrockFakes,
     anthropic_bedrock,
-    bedrock,  # noqa: F401 (a fixture)
     bedrock_gateway,
     boto3_client,
     credential,
@@ -38,23 +36,23 @@ from tests.bedrock_helpers import (
     invoke_chunks,
     operations,
     self_signed,
-    session_bedrock,  # noqa: F401 (a fixture)
     signed_by_gateway,
     streamed_text,
 )
-from tests.conftest import Fakes, GatewayProcess
+from tests.conftest import BedrockFakes, Fakes, GatewayProcess
 from tests.fakes import CutStream, Fail, Reply
 
 pytestmark = pytest.mark.served
 
 ENCODED = f"/model/{quote(SONNET_ID, safe='')}"
 BEDROCK_VERSION = "bedrock-2023-05-31"
-NO_RETRIES = botocore.config.Config(retries={"max_attempts": 1}, read_timeout=15)
+NO_RETRIES = botocore.config.Config(retries={"total_max_attempts": 1}, read_timeout=15)
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes, session_bedrock: BedrockFakes) -> Iterator[GatewayProcess]:  # noqa: F811
-    running = bedrock_gateway(tmp_path_factory.mktemp("bedrock"), session_fakes, session_bedrock, limits={"max_attempts": 4})  # the whole route and its fallback
+def reference(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes, session_bedrock: BedrockFakes) -> Iterator[GatewayProcess]:
+    # Four attempts: the whole route, then the fallback model.
+    running = bedrock_gateway(tmp_path_factory.mktemp("bedrock"), session_fakes, session_bedrock, limits={"max_attempts": 4})
     yield running
     running.stop()
 
@@ -66,7 +64,7 @@ def request_id(answer: dict[str, Any]) -> str:
 # --- 1. boto3 and AnthropicBedrock, SigV4 ----------------------------------------------------
 
 
-def test_boto3_converse_is_served_by_the_first_bedrock_region(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_boto3_converse_is_served_by_the_first_bedrock_region(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(SONNET_ID, Reply(text="Hello from Seoul."))
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, system=[{"text": "Be brief."}], **CONVERSE)
     assert answer["output"]["message"]["content"] == [{"text": "Hello from Seoul."}] and answer["stopReason"] == "end_turn"
@@ -80,7 +78,7 @@ def test_boto3_converse_is_served_by_the_first_bedrock_region(reference: Gateway
     assert [a["outcome"] for a in outcome["attempts"]] == ["ok"] and outcome["cost_micro_usd"] == 600  # 100 × 3 + 20 × 15 micro-USD
 
 
-def test_boto3_converse_stream_arrives_as_boto3_reads_it(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_boto3_converse_stream_arrives_as_boto3_reads_it(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(SONNET_ID, Reply(text="Streamed from Seoul.", pieces=4))
     answer = boto3_client(reference, credential(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
     events = list(answer["stream"])
@@ -93,7 +91,7 @@ def test_boto3_converse_stream_arrives_as_boto3_reads_it(reference: GatewayProce
     assert outcome["event"] == "request_finished" and outcome["usage"]["complete"] is True and outcome["usage"]["output"] == 20
 
 
-def test_boto3_invoke_model_goes_to_invoke_model(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_boto3_invoke_model_goes_to_invoke_model(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(SONNET_ID, Reply(text="Invoked."))
     answer = boto3_client(reference, credential(reference)).invoke_model(modelId=SONNET_ID, body=invoke_body(), contentType="application/json")
     message = json.loads(answer["body"].read())
@@ -104,11 +102,11 @@ def test_boto3_invoke_model_goes_to_invoke_model(reference: GatewayProcess, bedr
     assert reference.outcome(request_id(answer))["served"]["provider"] == "bedrock-apne2"
 
 
-def test_boto3_invoke_model_with_response_stream(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_boto3_invoke_model_with_response_stream(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(SONNET_ID, Reply(text="Invoked in chunks.", pieces=3))
     answer = boto3_client(reference, credential(reference)).invoke_model_with_response_stream(modelId=SONNET_ID, body=invoke_body())
     chunks = invoke_chunks(answer["body"])
-    assert [c["type"] for c in chunks][0] == "message_start" and chunks[-1]["type"] == "message_stop"
+    assert chunks[0]["type"] == "message_start" and chunks[-1]["type"] == "message_stop"
     assert "".join(c["delta"].get("text", "") for c in chunks if c["type"] == "content_block_delta") == "Invoked in chunks."
     (sent,) = bedrock.apne2.received
     assert sent.path == f"{ENCODED}/invoke-with-response-stream" and "stream" not in sent.json
@@ -116,7 +114,7 @@ def test_boto3_invoke_model_with_response_stream(reference: GatewayProcess, bedr
     assert outcome["event"] == "request_finished" and outcome["usage"]["complete"] is True
 
 
-def test_an_arn_the_catalog_aliases_is_served(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_an_arn_the_catalog_aliases_is_served(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ARN, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
     (sent,) = bedrock.apne2.received
@@ -125,7 +123,7 @@ def test_an_arn_the_catalog_aliases_is_served(reference: GatewayProcess, bedrock
     assert started["requested_model"] == SONNET_ARN and started["model"] == CANONICAL and started["protocol"] == "bedrock_converse"
 
 
-def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     """AnthropicBedrock sends the model id with raw colons; it goes upstream encoded. The
     body names Bedrock's documented version (see the next test for the SDK's default)."""
     bedrock.apne2.script(SONNET_ID, Reply(text="Created."), Reply(text="Streamed.", pieces=3))
@@ -149,7 +147,7 @@ def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayP
         "version but bedrock-2023-05-31 (400 ValidationException); so the SDK's default cannot reach a Bedrock target"
     ),
 )
-def test_anthropic_bedrock_with_its_default_version_is_served_by_bedrock(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_anthropic_bedrock_with_its_default_version_is_served_by_bedrock(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     client = anthropic_bedrock(reference, credential(reference))
     message = client.messages.create(model=SONNET_ID, max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
     assert message.content[0].text == "Hello from the fake provider."
@@ -160,7 +158,10 @@ def test_anthropic_bedrock_with_its_default_version_is_served_by_bedrock(referen
 
 
 def test_boto3_with_a_bearer_token_over_https(
-    tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    tmp_path: Path,
+    fakes: Fakes,
+    bedrock: BedrockFakes,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """boto3 sends ``AWS_BEARER_TOKEN_BEDROCK`` as a Bearer token, and only over HTTPS."""
     cert_file, key_file = self_signed(tmp_path)
@@ -186,7 +187,7 @@ def test_boto3_with_a_bearer_token_over_https(
 # --- 3. Messages and Chat clients served by Bedrock ------------------------------------------
 
 
-def test_a_messages_client_is_served_by_invoke_model_near_passthrough(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_a_messages_client_is_served_by_invoke_model_near_passthrough(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(SONNET_ID, Reply(text="Plain."), Reply(text="Streamed.", pieces=3))
     client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
     system: Any = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
@@ -206,7 +207,7 @@ def test_a_messages_client_is_served_by_invoke_model_near_passthrough(reference:
     assert "x-portcullis-model-fallback" not in created.headers
 
 
-def test_a_chat_client_is_served_by_converse(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_a_chat_client_is_served_by_converse(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     """A Chat body is not a Messages body: it goes to the Bedrock target through Converse."""
     bedrock.apne2.script(SONNET_ID, Reply(text="Chat plain."), Reply(text="Chat streamed.", pieces=3))
     client = openai.OpenAI(base_url=f"{reference.url}/v1", api_key=reference.key("eng"), max_retries=0)
@@ -223,7 +224,7 @@ def test_a_chat_client_is_served_by_converse(reference: GatewayProcess, bedrock:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_a_messages_client_is_served_by_a_converse_only_model(stream: bool, reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_a_messages_client_is_served_by_a_converse_only_model(stream: bool, reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.usw2.script(NOVA, Reply(text="Nova speaks.", pieces=3))
     client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
     request: Any = {"model": NOVA, "max_tokens": 64, "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}]}
@@ -241,7 +242,7 @@ def test_a_messages_client_is_served_by_a_converse_only_model(stream: bool, refe
 # --- 4. failover on the reference routing ------------------------------------------------------
 
 
-def test_a_throttled_region_fails_over_to_the_next(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_a_throttled_region_fails_over_to_the_next(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(SONNET_ID, Fail(429))
     bedrock.usw2.script(SONNET_ID, Reply(text="Hello from Oregon."))
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
@@ -254,7 +255,7 @@ def test_a_throttled_region_fails_over_to_the_next(reference: GatewayProcess, be
     assert outcome["event"] == "request_finished" and outcome["served"]["region"] == "us-west-2"
 
 
-def test_both_regions_failing_falls_back_to_anthropic_direct(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:  # noqa: F811
+def test_both_regions_failing_falls_back_to_anthropic_direct(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
     bedrock.apne2.script(SONNET_ID, Fail(500))
     bedrock.usw2.script(SONNET_ID, Fail(503))
     fakes.anthropic_us.script(DIRECT, Reply(text="Hello from Anthropic.", pieces=3))
@@ -271,7 +272,7 @@ def test_both_regions_failing_falls_back_to_anthropic_direct(reference: GatewayP
     assert outcome["served"]["provider"] == "anthropic-us"
 
 
-def test_the_fallback_header_says_when_another_model_served(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:  # noqa: F811
+def test_the_fallback_header_says_when_another_model_served(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
     for fake, model in ((bedrock.apne2, SONNET_ID), (bedrock.usw2, SONNET_ID), (fakes.anthropic_us, DIRECT)):
         fake.script(model, Fail(503))
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
@@ -281,7 +282,7 @@ def test_the_fallback_header_says_when_another_model_served(reference: GatewayPr
     assert reference.outcome(request_id(answer))["served"]["canonical_model"] == "claude-haiku-4-5"
 
 
-def test_a_converse_stream_cut_after_its_first_byte_is_not_failed_over(reference: GatewayProcess, bedrock: BedrockFakes) -> None:  # noqa: F811
+def test_a_converse_stream_cut_after_its_first_byte_is_not_failed_over(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(SONNET_ID, CutStream(after=3))
     answer = boto3_client(reference, credential(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
     seen: list[dict[str, Any]] = []
@@ -294,10 +295,11 @@ def test_a_converse_stream_cut_after_its_first_byte_is_not_failed_over(reference
     assert outcome["event"] == "request_failed" and [a["provider"] for a in outcome["attempts"]] == ["bedrock-apne2"]
 
 
-def test_a_messages_stream_cut_after_its_first_byte_ends_in_an_sdk_error(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:  # noqa: F811
+def test_a_messages_stream_cut_after_its_first_byte_ends_in_an_sdk_error(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
     bedrock.apne2.script(SONNET_ID, CutStream(after=3))
     client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
-    with pytest.raises(anthropic.APIStatusError) as failed, client.messages.stream(model=CANONICAL, max_tokens=64, messages=[{"role": "user", "content": "Hi"}]) as events:
+    request: Any = {"model": CANONICAL, "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
+    with pytest.raises(anthropic.APIStatusError) as failed, client.messages.stream(**request) as events:
         request = events.response.headers["x-portcullis-request-id"]
         list(events.text_stream)
     assert failed.value.body["error"]["type"] in ("api_error", "overloaded_error")  # type: ignore[index]
