@@ -73,11 +73,16 @@ def reference_bundle(directory: Path, **extra: Any) -> Path:
     return write_bundle(directory, extra.pop("tenants", reference_tenants()), reference_catalog(), **extra)
 
 
-def bedrock_gateway(directory: Path, fakes: Fakes, bedrock: BedrockFakes, bundle: Path | None = None, **overrides: Any) -> GatewayProcess:
-    """A started gateway with the reference providers, SigV4 for its clients (sealed
+def bedrock_gateway(
+    directory: Path, fakes: Fakes, bedrock: BedrockFakes, bundle: Path | None = None, responses: bool = False, **overrides: Any
+) -> GatewayProcess:
+    """A started gateway with the reference providers (and ``openai-responses``, the
+    OpenAI fake's Responses endpoint, if asked), SigV4 for its clients (sealed
     credentials) and the fake account's keys for its own signatures."""
     bundle = bundle or reference_bundle(directory / "bundle")
     providers = gateway_config(directory, fakes, bundle)["providers"]
+    if responses:
+        providers.append({**providers[-1], "name": "openai-responses", "wire": "responses"})
     # No rest after a 429: each test scripts its own throttling, and the next must find the region open.
     common = {"type": "bedrock", "timeouts": {"connect_seconds": 2, "read_seconds": 3}, "cooldown_seconds": 0}
     regional = [
