@@ -20,6 +20,15 @@ FAMILIES = ["claude", "gpt", "glm", "llama"]
 REGIONS = ["us-east-1", "eu-west-1", "ap-northeast-2"]
 # glm models are served over the OpenAI Responses wire, so every client protocol has a passthrough scenario.
 PROVIDERS = {"claude": "fake-anthropic", "gpt": "fake-openai", "glm": "fake-responses", "llama": "fake-openai"}
+# One Claude model on Bedrock Runtime (SigV4, InvokeModel and Converse, event streams), for
+# its ingress and egress rows; every team's grant (claude-* or *) covers it.
+BEDROCK = "fake-bedrock"
+BEDROCK_MODEL = "claude-bedrock"
+BEDROCK_UPSTREAM = "anthropic.claude-bedrock-v1:0"
+
+
+def provider_names() -> set[str]:
+    return {*PROVIDERS.values(), BEDROCK}
 
 
 def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: int = 7) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -50,6 +59,9 @@ def generate(teams: int = 50, users_per_team: int = 10, models: int = 40, seed: 
         catalog["prices"].append(
             {"provider": PROVIDERS[family], "model": f"{name}-upstream", "effective_from": "2025-01-01", "usd_per_mtok": {"input": "3", "output": "15"}}
         )
+    bedrock = {"provider": BEDROCK, "model": BEDROCK_UPSTREAM, "region": REGIONS[0], "priority": 1, "context_window": 200000, "max_output_tokens": 8192}
+    catalog["models"][BEDROCK_MODEL] = {"targets": [{**bedrock, "capabilities": ["streaming", "tools"]}]}
+    catalog["prices"].append({"provider": BEDROCK, "model": BEDROCK_UPSTREAM, "effective_from": "2025-01-01", "usd_per_mtok": {"input": "3", "output": "15"}})
     tenants: dict[str, Any] = {"teams": {}}
     rules: dict[str, Any] = {"org-rate": {"subject": {}, "rate": {"rpm": 100_000_000}}}
     for t in range(teams):

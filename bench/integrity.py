@@ -79,7 +79,7 @@ def agent_body(size: int) -> dict[str, Any]:
 def stage_cost(samples: int, workdir: Path) -> dict[str, dict[str, float]]:
     bundle = activate(
         parse_bundle(read_bundle_files(bundle_gen.write(workdir / "stage", rules=False, integrity=POLICY)), []),
-        sorted(set(bundle_gen.PROVIDERS.values())),
+        sorted(bundle_gen.provider_names()),
         dt.date.today(),
     )
     principal = Principal("key_0000000000000001", "team1", None)

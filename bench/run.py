@@ -48,6 +48,8 @@ from bench import bundle_gen  # noqa: E402
 from bench.scenarios import UPSTREAM_KEY, scenarios  # noqa: E402
 
 CLI = [sys.executable, "-m", "portcullis.adapters.cli"]
+# The gateway signs its Bedrock calls with these (the fake does not check them: wrk cannot sign the baseline's).
+BEDROCK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIABENCH0000000000", "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
 def free_port() -> int:
@@ -107,7 +109,7 @@ def start_fake(workdir: Path, port: int, *options: str) -> subprocess.Popen:
     """The fake provider on ``port``, ready to answer."""
     log = workdir / "fake.log"
     fake = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes", "--port", str(port), "--api-key", UPSTREAM_KEY, *options],
+        [sys.executable, "-m", "tests.fakes", "--port", str(port), "--api-key", UPSTREAM_KEY, "--unsigned-bedrock", *options],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         cwd=ROOT,
@@ -146,6 +148,7 @@ class Gateway:
             "policy": {"bundle": str(bundle), "watch_interval_seconds": 0},
             "providers": [
                 {"name": "fake-anthropic", "type": "anthropic", "base_url": f"http://127.0.0.1:{fake_port}", "api_key_env": "BENCH_UPSTREAM_KEY"},
+                {"name": bundle_gen.BEDROCK, "type": "bedrock", "region": "us-east-1", "endpoint_url": f"http://127.0.0.1:{fake_port}"},
                 {"name": "fake-openai", "type": "openai", "base_url": f"http://127.0.0.1:{fake_port}/v1", "api_key_env": "BENCH_UPSTREAM_KEY"},
                 {
                     "name": "fake-responses",
@@ -160,7 +163,7 @@ class Gateway:
         }
         path = directory / "portcullis.yaml"
         path.write_text(yaml.safe_dump(config))
-        environment = {**os.environ, "BENCH_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "WARNING", **env}
+        environment = {**os.environ, "BENCH_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "WARNING", **BEDROCK_CREDENTIALS, **env}
         if store["kind"] == "shared":
             subprocess.run([*CLI, "db", "migrate", "--config", str(path)], capture_output=True, env=environment, check=True)
         created = subprocess.run(
@@ -184,7 +187,7 @@ def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
     from portcullis.engine.bundle import parse_bundle, read_bundle_files
     from portcullis.engine.rego import Policy
 
-    active = activate(parse_bundle(read_bundle_files(bundle), []), set(bundle_gen.PROVIDERS.values()), dt.date.today())
+    active = activate(parse_bundle(read_bundle_files(bundle), []), bundle_gen.provider_names(), dt.date.today())
     tenants, catalog, _ = bundle_gen.generate()
     rng = random.Random(11)
     teams = list(tenants["teams"])
@@ -293,14 +296,15 @@ def main() -> None:
             gateway = Gateway(workdir, "embedded", fake_port, bundle, {"kind": "embedded"}, {})
             running.append(gateway)
             rows = []
-            for name, path, body, upstream_model, direct_headers, gateway_headers in scenarios(gateway.key):
-                warm = httpx.post(f"{gateway.url}{path}", json=body, headers=gateway_headers, timeout=10)
+            for scenario in scenarios(gateway.key):
+                warm = httpx.post(f"{gateway.url}{scenario.path}", json=scenario.body, headers=scenario.headers, timeout=10)
                 if warm.status_code != 200:
-                    sys.exit(f"bench: {name} through the gateway answered {warm.status_code}: {warm.text}")
+                    sys.exit(f"bench: {scenario.name} through the gateway answered {warm.status_code}: {warm.text}")
                 for connections in levels:
-                    direct = wrk(wrk_bin, f"{fake_url}{path}", {**body, "model": upstream_model}, direct_headers, connections, args.duration, workdir)
-                    through = wrk(wrk_bin, f"{gateway.url}{path}", body, gateway_headers, connections, args.duration, workdir)
-                    rows.append({"scenario": name, "concurrency": connections, "direct": direct, "gateway": through})
+                    upstream = f"{fake_url}{scenario.direct_path}"
+                    direct = wrk(wrk_bin, upstream, scenario.direct_body, scenario.direct_headers, connections, args.duration, workdir)
+                    through = wrk(wrk_bin, f"{gateway.url}{scenario.path}", scenario.body, scenario.headers, connections, args.duration, workdir)
+                    rows.append({"scenario": scenario.name, "concurrency": connections, "direct": direct, "gateway": through})
             rss, peak = rss_mb(gateway.process.pid)
             gateway.stop()
             running.remove(gateway)
@@ -315,8 +319,8 @@ def main() -> None:
             ):
                 candidate = Gateway(workdir, label.replace(" ", "-").replace("+", ""), fake_port, source, store, env)
                 running.append(candidate)
-                name, path, body, _, _, gateway_headers = scenarios(candidate.key)[0]
-                gateway_headers = {"authorization": f"Bearer {candidate.key}"}
+                chat = scenarios(candidate.key)[0]
+                path, body, gateway_headers = chat.path, chat.body, chat.headers
                 for connections in (1, 16):
                     stores.append(
                         {

@@ -11,6 +11,7 @@ from typing import Any
 
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
 from portcullis.engine.governance import Limits
+from portcullis.engine.guardrail import Guardrail
 from portcullis.engine.integrity.policy import IntegrityPolicy
 from portcullis.engine.pii.policy import PiiPolicy
 from portcullis.engine.target import Target
@@ -22,6 +23,7 @@ _DENIAL_KINDS = {
     "model_not_allowed": ErrorKind.PERMISSION,
     "no_authorised_target": ErrorKind.PERMISSION,
     "tool_not_allowed": ErrorKind.PERMISSION,
+    "guardrail_conflict": ErrorKind.PERMISSION,
 }
 
 
@@ -36,6 +38,7 @@ class DecisionPlan:
     limits: Limits
     pii: PiiPolicy | None = None
     integrity: IntegrityPolicy | None = None
+    guardrail: Guardrail | None = None  # what Bedrock targets must apply; None when nothing requires one
     suggestions: tuple[str, ...] = ()  # for an unknown model: the closest names this key may use
 
     @classmethod
@@ -50,6 +53,7 @@ class DecisionPlan:
             limits=Limits.from_plan(document.get("limits"), principal),
             pii=PiiPolicy.from_plan(document.get("pii")),
             integrity=IntegrityPolicy.from_plan(document.get("integrity")),
+            guardrail=Guardrail.from_plan(document.get("guardrail")),
         )
 
     def refusal(self) -> GatewayError:
@@ -78,10 +82,8 @@ class DecisionPlan:
         view: dict[str, Any] = {
             "allow": self.allow,
             "reasons": [reason["code"] for reason in self.reasons],
-            "targets": [f"{t.provider}/{t.model}@{t.region}" for t in self.targets],
-            "rejected_targets": [
-                {"provider": t["provider"], "model": t["model"], "region": t["region"], "reasons": t["reasons"]} for t in self.rejected_targets
-            ],
+            "targets": [_described(t) for t in self.targets],
+            "rejected_targets": [_rejected(t) for t in self.rejected_targets],
         }
         if self.limits.counters:
             view["rules"] = sorted({rule for counter in self.limits.counters for rule in counter.rules})
@@ -91,4 +93,19 @@ class DecisionPlan:
             view["pii_policies"] = list(self.pii.policies)
         if self.integrity is not None:
             view["integrity_policies"] = list(self.integrity.policies)
+        if self.guardrail is not None:
+            view["guardrail"] = self.guardrail.describe()
         return view
+
+
+def _described(target: Target) -> str:
+    """``provider/model@region``, and the whole set a cross-region profile may route to."""
+    where = target.region if len(target.regions) == 1 else f"{target.region}[{','.join(target.regions)}]"
+    return f"{target.provider}/{target.model}@{where}"
+
+
+def _rejected(target: Mapping[str, Any]) -> dict[str, Any]:
+    rejected = {"provider": target["provider"], "model": target["model"], "region": target["region"], "reasons": target["reasons"]}
+    if len(target.get("regions", ())) > 1:  # a region lock refuses the whole set, not just the home region
+        rejected["regions"] = list(target["regions"])
+    return rejected

@@ -97,11 +97,13 @@ classifier_catalog := object.union(catalog, {"models": {
 	]},
 }})
 
-classifier_plan(team) := plan.pii.classifier if {
+classifier_plan(team) := classifier_plan_in(team, classifier_catalog)
+
+classifier_plan_in(team, served) := plan.pii.classifier if {
 	request := {"principal": {"team": team, "user": null, "key_id": "key_1"}, "request": {"model": "m", "requires": []}}
 	plan := data.portcullis.decision with input as request
 		with data.portcullis.tenants as {"teams": {"payments": {"models": ["*"]}, "eu-bank": {"models": ["*"], "regions": ["eu"]}}}
-		with data.portcullis.catalog as classifier_catalog
+		with data.portcullis.catalog as served
 		with data.portcullis.pii.classifier as {"model": "classifier"}
 		with data.portcullis.pii.policies as {"ctx": {"teams": ["payments", "eu-bank"], "actions": {"PERSON": "pseudonymize"}, "detectors": ["classifier"]}}
 }
@@ -110,4 +112,14 @@ test_the_classifier_runs_on_an_internal_target_within_the_principals_regions if 
 	classifier_plan("payments").target.model == "c-us"
 	classifier_plan("eu-bank").target.model == "c-eu" # never c-us, never the public c-public
 	classifier_plan("payments").max_output_tokens == 512
+}
+
+test_the_classifier_skips_an_internal_target_that_may_route_outside_the_principals_regions if {
+	# c-eu-profile is homed in eu but may route to us: an eu-locked team never gets it
+	profile_catalog := object.union(classifier_catalog, {"models": {"classifier": {"targets": [
+		{"provider": "p", "model": "c-eu-profile", "region": "eu", "regions": ["eu", "us"], "priority": 1, "context_window": 1000, "max_output_tokens": 100, "internal": true},
+		{"provider": "p", "model": "c-eu", "region": "eu", "priority": 2, "context_window": 1000, "max_output_tokens": 100, "internal": true},
+	]}}})
+	classifier_plan_in("eu-bank", profile_catalog).target.model == "c-eu"
+	classifier_plan_in("payments", profile_catalog).target.model == "c-eu-profile"
 }

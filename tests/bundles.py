@@ -1,7 +1,8 @@
 """Test bundles: the product's Rego with the catalog, tenants and policies a test gives.
 
 ``CATALOG`` and ``TENANTS`` are what most tests use; ``write_bundle`` lays a bundle out
-the way ``portcullis serve`` loads it, and ``target`` builds one catalog target.
+the way ``portcullis serve`` loads it, ``target`` builds one catalog target and
+``reference_catalog`` the Bedrock-first reference routing.
 """
 
 from __future__ import annotations
@@ -85,6 +86,29 @@ TENANTS: dict[str, Any] = {
         "sonnet-only": {"models": ["claude-sonnet-4-5"]},
     },
 }
+
+
+# Where Bedrock's APAC cross-region profile may process a request (the set AWS documents
+# for the profile; declared in the catalog so region locks can hold for it).
+APAC_PROFILE_REGIONS = ["ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-southeast-1", "ap-southeast-2"]
+REFERENCE_PROVIDERS = ("bedrock-apne2", "bedrock-usw2", "anthropic-us")
+
+
+def reference_catalog() -> dict[str, Any]:
+    """``CATALOG`` with claude-sonnet-4-5 on the reference routing: Bedrock Seoul through
+    the ``apac.`` inference profile (priority 1), Bedrock Oregon (2), Anthropic direct (3)."""
+    catalog = copy.deepcopy(CATALOG)
+    catalog["models"]["claude-sonnet-4-5"]["targets"] = [
+        target("bedrock-apne2", "apac.anthropic.claude-sonnet-4-5-20250929-v1:0", "ap-northeast-2", 1, regions=APAC_PROFILE_REGIONS),
+        target("bedrock-usw2", "anthropic.claude-sonnet-4-5-20250929-v1:0", "us-west-2", 2),
+        target("anthropic-us", "claude-sonnet-4-5-20250929", "us-east-1", 3),
+    ]
+    usd = {"input": "3", "output": "15", "cache_read": "0.30", "cache_write": "3.75"}
+    catalog["prices"] += [
+        {"provider": "bedrock-apne2", "model": "apac.anthropic.claude-sonnet-4-5-20250929-v1:0", "effective_from": "2025-09-29", "usd_per_mtok": usd},
+        {"provider": "bedrock-usw2", "model": "anthropic.claude-sonnet-4-5-20250929-v1:0", "effective_from": "2025-09-29", "usd_per_mtok": usd},
+    ]
+    return catalog
 
 
 def write_bundle(

@@ -14,4 +14,5 @@ compiled_index := object.union(data.portcullis.governance.index, {
 	"candidates": data.portcullis.routing.index,
 	"pii": data.portcullis.pii.index,
 	"integrity": data.portcullis.integrity.index,
+	"guardrails": data.portcullis.guardrails.index,
 })

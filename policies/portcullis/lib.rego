@@ -10,7 +10,13 @@ covers(teams, team) if team in teams
 
 covers(teams, _) if "*" in teams
 
-# Whether a region is inside a region lock; null locks nothing.
-region_within(null, _) := true
+# Whether a target stays inside a region lock: every region it may process a request
+# in, which is its `regions` (a cross-region inference profile routes among them) or
+# else its one `region`. Null locks nothing.
+target_within(null, _) := true
 
-region_within(regions, region) if regions[region]
+target_within(regions, target) if {
+	every region in object.get(target, "regions", [target.region]) {
+		regions[region]
+	}
+}

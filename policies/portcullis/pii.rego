@@ -33,7 +33,7 @@ _classifier_within(null, _) := null
 
 _classifier_within(classifier, regions) := {"target": target, "max_output_tokens": classifier.max_output_tokens} if {
 	classifier != null
-	target := [t | some t in classifier.targets; data.portcullis.lib.region_within(regions, t.region)][0]
+	target := [t | some t in classifier.targets; data.portcullis.lib.target_within(regions, t)][0]
 } else := null
 
 _team_pii(team) := found if {

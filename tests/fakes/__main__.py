@@ -14,8 +14,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--api-key", default="sk-fake-upstream")
     parser.add_argument("--echo", action="store_true", help="answer every request with its last user message")
+    parser.add_argument("--unsigned-bedrock", action="store_true", help="answer Bedrock requests without checking SigV4 (wrk cannot sign)")
     args = parser.parse_args()
     fake = FakeProvider(args.api_key, default=Reply(echo=True) if args.echo else None)
+    fake.aws.verifies = not args.unsigned_bedrock
     uvicorn.run(fake.app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, lifespan="off", http="httptools", loop="uvloop")
 
 

@@ -42,6 +42,7 @@ class AwsAccount:
     region: str = "us-east-1"
     account_id: str = "123456789012"
     keys: dict[str, AwsKey] = field(default_factory=lambda: {ACCESS_KEY: AwsKey(SECRET_KEY)})
+    verifies: bool = True  # False only for the benchmark's direct baseline, which wrk cannot sign
 
 
 @dataclass(frozen=True)
