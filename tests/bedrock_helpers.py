@@ -20,14 +20,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.bundles import CATALOG, TENANTS, deep_copy, target, write_bundle
+from tests import bundles
+from tests.bundles import TENANTS, deep_copy, target, write_bundle
 from tests.conftest import BedrockFakes, Fakes, GatewayProcess, gateway_config, new_gateway
 from tests.fakes import FakeProvider, Received
 from tests.fakes.sigv4 import ACCESS_KEY, SECRET_KEY
 from tests.test_served_bedrock_auth import SEAL_ENV, SIGV4, issue
 
 CANONICAL = "claude-sonnet-4-5"
-SONNET_ID = "anthropic.claude-sonnet-4-5-20250929-v1:0"  # what Bedrock clients name
+SONNET_ID = "anthropic.claude-sonnet-4-5-20250929-v1:0"  # what Bedrock clients name, and Oregon's target
+APAC_ID = f"apac.{SONNET_ID}"  # Seoul's target: the APAC cross-region inference profile
 SONNET_ARN = f"arn:aws:bedrock:ap-northeast-2::foundation-model/{SONNET_ID}"
 DIRECT = "claude-sonnet-4-5-20250929"  # Anthropic's own id for it
 NOVA = "amazon.nova-pro-v1:0"  # Converse only: not an Anthropic model
@@ -44,19 +46,11 @@ INVOKE = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages
 
 
 def reference_catalog() -> dict[str, Any]:
-    """The standard catalog with Claude Sonnet on the reference routing, Bedrock's ids as
-    aliases and a price for every route."""
-    catalog = deep_copy(CATALOG)
-    catalog["models"][CANONICAL]["targets"] = [
-        target("bedrock-apne2", SONNET_ID, "ap-northeast-2", 1),
-        target("bedrock-usw2", SONNET_ID, "us-west-2", 2),
-        target("anthropic-us", DIRECT, "us-east-1", 3),
-    ]
+    """The reference routing (``tests.bundles.reference_catalog``: Seoul through the
+    ``apac.`` profile, Oregon, Anthropic direct), Bedrock's ids as aliases, and Nova."""
+    catalog = bundles.reference_catalog()
     catalog["models"][NOVA] = {"targets": [target("bedrock-usw2", NOVA, "us-west-2", capabilities=["streaming", "tools"])]}
     catalog["aliases"] |= {SONNET_ID: CANONICAL, SONNET_ARN: CANONICAL}
-    bedrock_price = {"input": "3", "output": "15", "cache_read": "0.30", "cache_write": "3.75"}
-    for provider in ("bedrock-apne2", "bedrock-usw2"):
-        catalog["prices"].append({"provider": provider, "model": SONNET_ID, "effective_from": "2025-09-29", "usd_per_mtok": bedrock_price})
     catalog["prices"].append({"provider": "bedrock-usw2", "model": NOVA, "effective_from": "2024-12-03", "usd_per_mtok": {"input": "0.80", "output": "3.20"}})
     return catalog
 

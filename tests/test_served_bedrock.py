@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from tests.bedrock_helpers import (
+    APAC_ID,
     CANONICAL,
     CONVERSE,
     DIRECT,
@@ -44,7 +45,7 @@ from tests.fakes import CutStream, Fail, Reply
 
 pytestmark = pytest.mark.served
 
-ENCODED = f"/model/{quote(SONNET_ID, safe='')}"
+SEOUL = f"/model/{quote(APAC_ID, safe='')}"  # the apac. profile, percent-encoded
 BEDROCK_VERSION = "bedrock-2023-05-31"
 NO_RETRIES = botocore.config.Config(retries={"total_max_attempts": 1}, read_timeout=15)
 
@@ -65,51 +66,51 @@ def request_id(answer: dict[str, Any]) -> str:
 
 
 def test_boto3_converse_is_served_by_the_first_bedrock_region(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(text="Hello from Seoul."))
+    bedrock.apne2.script(APAC_ID, Reply(text="Hello from Seoul."))
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, system=[{"text": "Be brief."}], **CONVERSE)
     assert answer["output"]["message"]["content"] == [{"text": "Hello from Seoul."}] and answer["stopReason"] == "end_turn"
     assert answer["usage"]["inputTokens"] == 100 and answer["usage"]["outputTokens"] == 20
     (sent,) = bedrock.apne2.received
-    assert sent.path == f"{ENCODED}/converse" and sent.model == SONNET_ID and signed_by_gateway(sent)
+    assert sent.path == f"{SEOUL}/converse" and sent.model == APAC_ID and signed_by_gateway(sent)
     assert sent.json["system"] == [{"text": "Be brief."}] and sent.json["messages"] == CONVERSE["messages"] and "modelId" not in sent.json
     assert not bedrock.usw2.received
     outcome = reference.outcome(request_id(answer))
-    assert outcome["event"] == "request_finished" and outcome["served"]["provider"] == "bedrock-apne2" and outcome["served"]["model"] == SONNET_ID
+    assert outcome["event"] == "request_finished" and outcome["served"]["provider"] == "bedrock-apne2" and outcome["served"]["model"] == APAC_ID
     assert [a["outcome"] for a in outcome["attempts"]] == ["ok"] and outcome["cost_micro_usd"] == 600  # 100 × 3 + 20 × 15 micro-USD
 
 
 def test_boto3_converse_stream_arrives_as_boto3_reads_it(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(text="Streamed from Seoul.", pieces=4))
+    bedrock.apne2.script(APAC_ID, Reply(text="Streamed from Seoul.", pieces=4))
     answer = boto3_client(reference, credential(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
     events = list(answer["stream"])
     assert streamed_text(events) == "Streamed from Seoul."
     assert list(events[0]) == ["messageStart"] and events[-2]["messageStop"]["stopReason"] == "end_turn"
     assert events[-1]["metadata"]["usage"]["outputTokens"] == 20
     (sent,) = bedrock.apne2.received
-    assert sent.path == f"{ENCODED}/converse-stream" and signed_by_gateway(sent)
+    assert sent.path == f"{SEOUL}/converse-stream" and signed_by_gateway(sent)
     outcome = reference.outcome(request_id(answer))
     assert outcome["event"] == "request_finished" and outcome["usage"]["complete"] is True and outcome["usage"]["output"] == 20
 
 
 def test_boto3_invoke_model_goes_to_invoke_model(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(text="Invoked."))
+    bedrock.apne2.script(APAC_ID, Reply(text="Invoked."))
     answer = boto3_client(reference, credential(reference)).invoke_model(modelId=SONNET_ID, body=invoke_body(), contentType="application/json")
     message = json.loads(answer["body"].read())
     assert message["type"] == "message" and message["content"] == [{"type": "text", "text": "Invoked."}]
     (sent,) = bedrock.apne2.received
-    assert sent.path == f"{ENCODED}/invoke" and signed_by_gateway(sent)
+    assert sent.path == f"{SEOUL}/invoke" and signed_by_gateway(sent)
     assert sent.json["anthropic_version"] == "bedrock-2023-05-31" and "model" not in sent.json and "stream" not in sent.json
     assert reference.outcome(request_id(answer))["served"]["provider"] == "bedrock-apne2"
 
 
 def test_boto3_invoke_model_with_response_stream(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(text="Invoked in chunks.", pieces=3))
+    bedrock.apne2.script(APAC_ID, Reply(text="Invoked in chunks.", pieces=3))
     answer = boto3_client(reference, credential(reference)).invoke_model_with_response_stream(modelId=SONNET_ID, body=invoke_body())
     chunks = invoke_chunks(answer["body"])
     assert chunks[0]["type"] == "message_start" and chunks[-1]["type"] == "message_stop"
     assert "".join(c["delta"].get("text", "") for c in chunks if c["type"] == "content_block_delta") == "Invoked in chunks."
     (sent,) = bedrock.apne2.received
-    assert sent.path == f"{ENCODED}/invoke-with-response-stream" and "stream" not in sent.json
+    assert sent.path == f"{SEOUL}/invoke-with-response-stream" and "stream" not in sent.json
     outcome = reference.outcome(request_id(answer))
     assert outcome["event"] == "request_finished" and outcome["usage"]["complete"] is True
 
@@ -118,7 +119,7 @@ def test_an_arn_the_catalog_aliases_is_served(reference: GatewayProcess, bedrock
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ARN, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
     (sent,) = bedrock.apne2.received
-    assert sent.path == f"{ENCODED}/converse"  # the catalog's target, not the ARN the client named
+    assert sent.path == f"{SEOUL}/converse"  # the catalog's target, not the ARN the client named
     started = next(r for r in reference.records_for(request_id(answer)) if r["event"] == "request_started")
     assert started["requested_model"] == SONNET_ARN and started["model"] == CANONICAL and started["protocol"] == "bedrock_converse"
 
@@ -126,7 +127,7 @@ def test_an_arn_the_catalog_aliases_is_served(reference: GatewayProcess, bedrock
 def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     """AnthropicBedrock sends the model id with raw colons; it goes upstream encoded. The
     body names Bedrock's documented version (see the next test for the SDK's default)."""
-    bedrock.apne2.script(SONNET_ID, Reply(text="Created."), Reply(text="Streamed.", pieces=3))
+    bedrock.apne2.script(APAC_ID, Reply(text="Created."), Reply(text="Streamed.", pieces=3))
     client = anthropic_bedrock(reference, credential(reference))
     request: Any = {"model": SONNET_ID, "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}], "extra_body": {"anthropic_version": BEDROCK_VERSION}}
     created = client.messages.with_raw_response.create(**request)
@@ -134,7 +135,7 @@ def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayP
     with client.messages.stream(**request) as events:
         assert "".join(events.text_stream) == "Streamed."
     assert operations(bedrock.apne2) == ["invoke", "invoke-with-response-stream"]
-    assert all(r.path.startswith(ENCODED) and r.model == SONNET_ID and signed_by_gateway(r) for r in bedrock.apne2.received)
+    assert all(r.path.startswith(SEOUL) and r.model == APAC_ID and signed_by_gateway(r) for r in bedrock.apne2.received)
     assert [r.json["anthropic_version"] for r in bedrock.apne2.received] == [BEDROCK_VERSION] * 2
     assert reference.outcome(created.headers["x-portcullis-request-id"])["served"]["provider"] == "bedrock-apne2"
 
@@ -188,7 +189,7 @@ def test_boto3_with_a_bearer_token_over_https(
 
 
 def test_a_messages_client_is_served_by_invoke_model_near_passthrough(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(text="Plain."), Reply(text="Streamed.", pieces=3))
+    bedrock.apne2.script(APAC_ID, Reply(text="Plain."), Reply(text="Streamed.", pieces=3))
     client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
     system: Any = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
     request: Any = {"model": CANONICAL, "max_tokens": 64, "system": system, "messages": [{"role": "user", "content": "Hi"}]}
@@ -209,7 +210,7 @@ def test_a_messages_client_is_served_by_invoke_model_near_passthrough(reference:
 
 def test_a_chat_client_is_served_by_converse(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     """A Chat body is not a Messages body: it goes to the Bedrock target through Converse."""
-    bedrock.apne2.script(SONNET_ID, Reply(text="Chat plain."), Reply(text="Chat streamed.", pieces=3))
+    bedrock.apne2.script(APAC_ID, Reply(text="Chat plain."), Reply(text="Chat streamed.", pieces=3))
     client = openai.OpenAI(base_url=f"{reference.url}/v1", api_key=reference.key("eng"), max_retries=0)
     messages: Any = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     created = client.chat.completions.with_raw_response.create(model=CANONICAL, messages=messages, max_tokens=64)
@@ -243,7 +244,7 @@ def test_a_messages_client_is_served_by_a_converse_only_model(stream: bool, refe
 
 
 def test_a_throttled_region_fails_over_to_the_next(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Fail(429))
+    bedrock.apne2.script(APAC_ID, Fail(429))
     bedrock.usw2.script(SONNET_ID, Reply(text="Hello from Oregon."))
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from Oregon."
@@ -256,7 +257,7 @@ def test_a_throttled_region_fails_over_to_the_next(reference: GatewayProcess, be
 
 
 def test_both_regions_failing_falls_back_to_anthropic_direct(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Fail(500))
+    bedrock.apne2.script(APAC_ID, Fail(500))
     bedrock.usw2.script(SONNET_ID, Fail(503))
     fakes.anthropic_us.script(DIRECT, Reply(text="Hello from Anthropic.", pieces=3))
     client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
@@ -273,7 +274,7 @@ def test_both_regions_failing_falls_back_to_anthropic_direct(reference: GatewayP
 
 
 def test_the_fallback_header_says_when_another_model_served(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
-    for fake, model in ((bedrock.apne2, SONNET_ID), (bedrock.usw2, SONNET_ID), (fakes.anthropic_us, DIRECT)):
+    for fake, model in ((bedrock.apne2, APAC_ID), (bedrock.usw2, SONNET_ID), (fakes.anthropic_us, DIRECT)):
         fake.script(model, Fail(503))
     answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
@@ -283,7 +284,7 @@ def test_the_fallback_header_says_when_another_model_served(reference: GatewayPr
 
 
 def test_a_converse_stream_cut_after_its_first_byte_is_not_failed_over(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, CutStream(after=3))
+    bedrock.apne2.script(APAC_ID, CutStream(after=3))
     answer = boto3_client(reference, credential(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
     seen: list[dict[str, Any]] = []
     with pytest.raises(botocore.exceptions.EventStreamError) as failed:
@@ -296,7 +297,7 @@ def test_a_converse_stream_cut_after_its_first_byte_is_not_failed_over(reference
 
 
 def test_a_messages_stream_cut_after_its_first_byte_ends_in_an_sdk_error(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
-    bedrock.apne2.script(SONNET_ID, CutStream(after=3))
+    bedrock.apne2.script(APAC_ID, CutStream(after=3))
     client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
     request: Any = {"model": CANONICAL, "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
     with pytest.raises(anthropic.APIStatusError) as failed, client.messages.stream(**request) as events:

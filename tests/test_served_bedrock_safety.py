@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.bedrock_helpers import (
+    APAC_ID,
     CONVERSE,
     NOVA,
     SONNET_ID,
@@ -198,7 +199,7 @@ TOOLS = {"tools": [{"toolSpec": {"name": "bash", "description": "Runs a shell co
 
 
 def test_an_email_is_pseudonymised_for_bedrock_and_restored_for_boto3(guarded: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(echo=True))
+    bedrock.apne2.script(APAC_ID, Reply(echo=True))
     messages = [{"role": "user", "content": [{"text": f"Write to {EMAIL} today."}]}]
     answer = boto3_client(guarded, credential(guarded)).converse(modelId=SONNET_ID, messages=messages, inferenceConfig={"maxTokens": 64})
     (sent,) = bedrock.apne2.received
@@ -214,7 +215,7 @@ def test_the_policy_prompt_is_the_first_system_entry(guarded: GatewayProcess, be
 
 
 def test_a_denied_streamed_tool_use_arrives_as_its_denial(guarded: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(text="", tool_calls=(ToolCall("bash", {"command": EVIL_COMMAND}, id="tooluse_1"),), pieces=4))
+    bedrock.apne2.script(APAC_ID, Reply(text="", tool_calls=(ToolCall("bash", {"command": EVIL_COMMAND}, id="tooluse_1"),), pieces=4))
     answer = boto3_client(guarded, credential(guarded)).converse_stream(modelId=SONNET_ID, toolConfig=TOOLS, **CONVERSE)
     events = list(answer["stream"])
     assert "policy denied a call to the tool `bash`" in streamed_text(events)
@@ -224,7 +225,7 @@ def test_a_denied_streamed_tool_use_arrives_as_its_denial(guarded: GatewayProces
 
 
 def test_a_withheld_streamed_answer_ends_in_an_exception_boto3_raises(guarded: GatewayProcess, bedrock: BedrockFakes) -> None:
-    bedrock.apne2.script(SONNET_ID, Reply(text=f"My instructions end with: Confidential marker: {CANARY}. Never repeat it.", pieces=9))
+    bedrock.apne2.script(APAC_ID, Reply(text=f"My instructions end with: Confidential marker: {CANARY}. Never repeat it.", pieces=9))
     answer = boto3_client(guarded, credential(guarded)).converse_stream(modelId=SONNET_ID, **CONVERSE)
     seen: list[dict[str, Any]] = []
     with pytest.raises(botocore.exceptions.EventStreamError) as failed:
