@@ -6,9 +6,13 @@ HTTPS, and the real clients (boto3 ``bedrock-runtime``, ``AnthropicBedrock``).""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import ipaddress
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,6 @@ from tests.bundles import TENANTS, deep_copy, target, write_bundle
 from tests.conftest import BedrockFakes, Fakes, GatewayProcess, gateway_config, new_gateway
 from tests.fakes import FakeProvider, Received
 from tests.fakes.sigv4 import ACCESS_KEY, SECRET_KEY
-from tests.test_served_bedrock_auth import SEAL_ENV, SIGV4, issue
 
 CANONICAL = "claude-sonnet-4-5"
 SONNET_ID = "anthropic.claude-sonnet-4-5-20250929-v1:0"  # what Bedrock clients name, and Oregon's target
@@ -41,6 +44,9 @@ AWS_ENV = {
     "AWS_CONFIG_FILE": "/nonexistent/aws-config",
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
 }
+SEAL_ENV = {"PORTCULLIS_AWS_SEAL_KEY": base64.b64encode(b"s" * 32).decode()}
+# SigV4 for the gateway's clients: the credentials it issues are sealed with this key.
+SIGV4 = {"aws_credentials": {"seal_key_env": "PORTCULLIS_AWS_SEAL_KEY"}}
 CONVERSE = {"messages": [{"role": "user", "content": [{"text": "Say hello."}]}], "inferenceConfig": {"maxTokens": 64}}
 INVOKE = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": [{"role": "user", "content": "Say hello."}]}
 
@@ -134,9 +140,21 @@ def anthropic_bedrock(gateway: GatewayProcess, credential: tuple[str, str]) -> a
     return anthropic.AnthropicBedrock(aws_access_key=credential[0], aws_secret_key=credential[1], aws_region="us-east-1", base_url=gateway.url, max_retries=0)
 
 
-def credential(gateway: GatewayProcess, team: str = "eng", user: str | None = None) -> tuple[str, str]:
-    """An AWS-style credential pair issued by ``portcullis keys create --aws``."""
-    return issue(gateway, team, user)
+def cli(gateway: GatewayProcess, *args: str) -> subprocess.CompletedProcess:
+    """A ``portcullis`` command against the gateway's configuration, with the seal key."""
+    return subprocess.run(
+        [sys.executable, "-m", "portcullis.adapters.cli", *args, "--config", str(gateway.config_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **SEAL_ENV},
+        check=True,
+    )
+
+
+def issue(gateway: GatewayProcess, team: str = "eng", user: str | None = None) -> tuple[str, str]:
+    """An AWS-style credential pair (access key id, secret) from ``portcullis keys create --aws``."""
+    printed = cli(gateway, "keys", "create", "--aws", "--team", team, *(["--user", user] if user else [])).stdout.splitlines()
+    return printed[0].split("=", 1)[1], printed[1].split("=", 1)[1]
 
 
 def invoke_body(**fields: Any) -> bytes:

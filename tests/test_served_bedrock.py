@@ -32,9 +32,9 @@ from tests.bedrock_helpers import (
     anthropic_bedrock,
     bedrock_gateway,
     boto3_client,
-    credential,
     invoke_body,
     invoke_chunks,
+    issue,
     operations,
     self_signed,
     signed_by_gateway,
@@ -67,7 +67,7 @@ def request_id(answer: dict[str, Any]) -> str:
 
 def test_boto3_converse_is_served_by_the_first_bedrock_region(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(text="Hello from Seoul."))
-    answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, system=[{"text": "Be brief."}], **CONVERSE)
+    answer = boto3_client(reference, issue(reference)).converse(modelId=SONNET_ID, system=[{"text": "Be brief."}], **CONVERSE)
     assert answer["output"]["message"]["content"] == [{"text": "Hello from Seoul."}] and answer["stopReason"] == "end_turn"
     assert answer["usage"]["inputTokens"] == 100 and answer["usage"]["outputTokens"] == 20
     (sent,) = bedrock.apne2.received
@@ -81,7 +81,7 @@ def test_boto3_converse_is_served_by_the_first_bedrock_region(reference: Gateway
 
 def test_boto3_converse_stream_arrives_as_boto3_reads_it(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(text="Streamed from Seoul.", pieces=4))
-    answer = boto3_client(reference, credential(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
+    answer = boto3_client(reference, issue(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
     events = list(answer["stream"])
     assert streamed_text(events) == "Streamed from Seoul."
     assert list(events[0]) == ["messageStart"] and events[-2]["messageStop"]["stopReason"] == "end_turn"
@@ -94,7 +94,7 @@ def test_boto3_converse_stream_arrives_as_boto3_reads_it(reference: GatewayProce
 
 def test_boto3_invoke_model_goes_to_invoke_model(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(text="Invoked."))
-    answer = boto3_client(reference, credential(reference)).invoke_model(modelId=SONNET_ID, body=invoke_body(), contentType="application/json")
+    answer = boto3_client(reference, issue(reference)).invoke_model(modelId=SONNET_ID, body=invoke_body(), contentType="application/json")
     message = json.loads(answer["body"].read())
     assert message["type"] == "message" and message["content"] == [{"type": "text", "text": "Invoked."}]
     (sent,) = bedrock.apne2.received
@@ -105,7 +105,7 @@ def test_boto3_invoke_model_goes_to_invoke_model(reference: GatewayProcess, bedr
 
 def test_boto3_invoke_model_with_response_stream(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(text="Invoked in chunks.", pieces=3))
-    answer = boto3_client(reference, credential(reference)).invoke_model_with_response_stream(modelId=SONNET_ID, body=invoke_body())
+    answer = boto3_client(reference, issue(reference)).invoke_model_with_response_stream(modelId=SONNET_ID, body=invoke_body())
     chunks = invoke_chunks(answer["body"])
     assert chunks[0]["type"] == "message_start" and chunks[-1]["type"] == "message_stop"
     assert "".join(c["delta"].get("text", "") for c in chunks if c["type"] == "content_block_delta") == "Invoked in chunks."
@@ -116,7 +116,7 @@ def test_boto3_invoke_model_with_response_stream(reference: GatewayProcess, bedr
 
 
 def test_an_arn_the_catalog_aliases_is_served(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ARN, **CONVERSE)
+    answer = boto3_client(reference, issue(reference)).converse(modelId=SONNET_ARN, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
     (sent,) = bedrock.apne2.received
     assert sent.path == f"{SEOUL}/converse"  # the catalog's target, not the ARN the client named
@@ -128,7 +128,7 @@ def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayP
     """AnthropicBedrock sends the model id with raw colons; it goes upstream encoded. The
     body names Bedrock's documented version (see the next test for the SDK's default)."""
     bedrock.apne2.script(APAC_ID, Reply(text="Created."), Reply(text="Streamed.", pieces=3))
-    client = anthropic_bedrock(reference, credential(reference))
+    client = anthropic_bedrock(reference, issue(reference))
     request: Any = {"model": SONNET_ID, "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}], "extra_body": {"anthropic_version": BEDROCK_VERSION}}
     created = client.messages.with_raw_response.create(**request)
     assert created.parse().content[0].text == "Created."
@@ -149,7 +149,7 @@ def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayP
     ),
 )
 def test_anthropic_bedrock_with_its_default_version_is_served_by_bedrock(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    client = anthropic_bedrock(reference, credential(reference))
+    client = anthropic_bedrock(reference, issue(reference))
     message = client.messages.create(model=SONNET_ID, max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
     assert message.content[0].text == "Hello from the fake provider."
     assert operations(bedrock.apne2) == ["invoke"]
@@ -246,7 +246,7 @@ def test_a_messages_client_is_served_by_a_converse_only_model(stream: bool, refe
 def test_a_throttled_region_fails_over_to_the_next(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Fail(429))
     bedrock.usw2.script(SONNET_ID, Reply(text="Hello from Oregon."))
-    answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
+    answer = boto3_client(reference, issue(reference)).converse(modelId=SONNET_ID, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from Oregon."
     assert operations(bedrock.apne2) == ["converse"] and operations(bedrock.usw2) == ["converse"]
     assert bedrock.apne2.received[0].body == bedrock.usw2.received[0].body  # the same request, signed for another region
@@ -276,21 +276,34 @@ def test_both_regions_failing_falls_back_to_anthropic_direct(reference: GatewayP
 def test_the_fallback_header_says_when_another_model_served(reference: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
     for fake, model in ((bedrock.apne2, APAC_ID), (bedrock.usw2, SONNET_ID), (fakes.anthropic_us, DIRECT)):
         fake.script(model, Fail(503))
-    answer = boto3_client(reference, credential(reference)).converse(modelId=SONNET_ID, **CONVERSE)
+    answer = boto3_client(reference, issue(reference)).converse(modelId=SONNET_ID, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
     assert answer["ResponseMetadata"]["HTTPHeaders"]["x-portcullis-model-fallback"] == CANONICAL  # names the model asked for
     assert [r.path for r in fakes.anthropic_eu.received] == ["/v1/messages"]
     assert reference.outcome(request_id(answer))["served"]["canonical_model"] == "claude-haiku-4-5"
 
 
-def test_a_converse_stream_cut_after_its_first_byte_is_not_failed_over(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
+def _converse_events(client: Any) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+    answer = client.converse_stream(modelId=SONNET_ID, **CONVERSE)
+    return answer, iter(answer["stream"])
+
+
+def _invoke_events(client: Any) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+    answer = client.invoke_model_with_response_stream(modelId=SONNET_ID, body=invoke_body())
+    return answer, (json.loads(event["chunk"]["bytes"]) for event in answer["body"])
+
+
+@pytest.mark.parametrize(("start", "first"), [(_converse_events, "messageStart"), (_invoke_events, "message_start")], ids=["converse", "invoke"])
+def test_a_boto3_stream_cut_after_its_first_byte_is_not_failed_over(start: Any, first: str, reference: GatewayProcess, bedrock: BedrockFakes) -> None:
+    """Once bytes reached the client, another region would answer twice: the stream ends
+    in an exception frame boto3 raises, and only Seoul was asked."""
     bedrock.apne2.script(APAC_ID, CutStream(after=3))
-    answer = boto3_client(reference, credential(reference)).converse_stream(modelId=SONNET_ID, **CONVERSE)
+    answer, events = start(boto3_client(reference, issue(reference)))
     seen: list[dict[str, Any]] = []
     with pytest.raises(botocore.exceptions.EventStreamError) as failed:
-        seen.extend(answer["stream"])
-    assert list(seen[0]) == ["messageStart"] and "messageStop" not in json.dumps(seen)
-    assert failed.value.response["Error"]["Code"] in ("internalServerException", "serviceUnavailableException", "modelStreamErrorException")
+        seen.extend(events)
+    assert first in json.dumps(seen[0]) and not any("messageStop" in e or e.get("type") == "message_stop" for e in seen)  # started, never stopped
+    assert failed.value.response["Error"]["Code"] == "modelStreamErrorException" and failed.value.response["Error"]["Message"]
     assert not bedrock.usw2.received
     outcome = reference.outcome(request_id(answer))
     assert outcome["event"] == "request_failed" and [a["provider"] for a in outcome["attempts"]] == ["bedrock-apne2"]

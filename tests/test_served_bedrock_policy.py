@@ -18,7 +18,7 @@ from tests.bedrock_helpers import (
     SONNET_ID,
     bedrock_gateway,
     boto3_client,
-    credential,
+    issue,
     operations,
     reference_bundle,
     reference_tenants,
@@ -59,7 +59,7 @@ def _request_id(answer: dict[str, Any]) -> str:
 
 def test_a_principal_locked_to_the_profiles_set_is_served_by_it_alone(policed: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(text="From the APAC profile."), Fail(503))
-    client = boto3_client(policed, credential(policed, team="apac"))
+    client = boto3_client(policed, issue(policed, team="apac"))
     answer = client.converse(modelId=SONNET_ID, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "From the APAC profile."
     started = next(r for r in policed.records_for(_request_id(answer)) if r["event"] == "request_started")
@@ -71,7 +71,7 @@ def test_a_principal_locked_to_the_profiles_set_is_served_by_it_alone(policed: G
 
 
 def test_a_lock_holding_only_the_profiles_home_region_skips_the_profile(policed: GatewayProcess, bedrock: BedrockFakes) -> None:
-    answer = boto3_client(policed, credential(policed, team="three-regions")).converse(modelId=SONNET_ID, **CONVERSE)
+    answer = boto3_client(policed, issue(policed, team="three-regions")).converse(modelId=SONNET_ID, **CONVERSE)
     assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
     assert not bedrock.apne2.received and operations(bedrock.usw2) == ["converse"]
     started = next(r for r in policed.records_for(_request_id(answer)) if r["event"] == "request_started")
@@ -91,7 +91,7 @@ UNWIRED = (
 @pytest.mark.xfail(strict=True, reason=UNWIRED)
 def test_the_policys_guardrail_replaces_the_clients_in_converse(policed: GatewayProcess, bedrock: BedrockFakes) -> None:
     own = {"guardrailIdentifier": "clientsown", "guardrailVersion": "1", "trace": "disabled"}
-    boto3_client(policed, credential(policed, team="guarded")).converse(modelId=SONNET_ID, guardrailConfig=own, **CONVERSE)
+    boto3_client(policed, issue(policed, team="guarded")).converse(modelId=SONNET_ID, guardrailConfig=own, **CONVERSE)
     (sent,) = bedrock.apne2.received
     assert sent.json["guardrailConfig"] == {"guardrailIdentifier": "gr0a1b2c3d4e5", "guardrailVersion": "3", "trace": "enabled"}
 

@@ -15,6 +15,9 @@ import botocore.exceptions
 import httpx
 import openai
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from tests.bedrock_helpers import (
     APAC_ID,
@@ -23,8 +26,8 @@ from tests.bedrock_helpers import (
     SONNET_ID,
     bedrock_gateway,
     boto3_client,
-    credential,
     invoke_body,
+    issue,
     reference_bundle,
     reference_tenants,
     signed_by_gateway,
@@ -61,7 +64,7 @@ def aws_error(call: Callable[[], Any]) -> dict[str, Any]:
 def test_an_upstream_error_naming_the_account_reaches_no_client_and_no_log(status: int, reference: GatewayProcess, bedrock: BedrockFakes) -> None:
     """The fake words its 400/403/404 as AWS does, with ARNs, the account id and the role."""
     bedrock.usw2.script(NOVA, Fail(status), Fail(status))
-    error = aws_error(lambda: boto3_client(reference, credential(reference)).converse(modelId=NOVA, **CONVERSE))
+    error = aws_error(lambda: boto3_client(reference, issue(reference)).converse(modelId=NOVA, **CONVERSE))
     client = anthropic.Anthropic(base_url=reference.url, api_key=reference.key("eng"), max_retries=0)
     with pytest.raises(anthropic.APIStatusError) as refused:
         client.messages.create(model=NOVA, max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
@@ -89,7 +92,7 @@ def _bearer(gateway: GatewayProcess, model: str) -> list[str]:
 
 
 def _sigv4(gateway: GatewayProcess, model: str) -> list[str]:
-    access_key, secret = credential(gateway)
+    access_key, secret = issue(gateway)
     client = boto3_client(gateway, (access_key, secret))
     signed: list[str] = []
     client.meta.events.register("before-send.bedrock-runtime.*", lambda request, **_: signed.append(request.headers["Authorization"].decode()))
@@ -125,13 +128,13 @@ def test_the_clients_credentials_reach_no_provider(
 
 
 def test_a_model_the_key_may_not_use_is_access_denied(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    error = aws_error(lambda: boto3_client(reference, credential(reference, team="nova-only")).converse(modelId=SONNET_ID, **CONVERSE))
+    error = aws_error(lambda: boto3_client(reference, issue(reference, team="nova-only")).converse(modelId=SONNET_ID, **CONVERSE))
     assert error["Code"] == "AccessDeniedException" and error["status"] == 403 and SONNET_ID in error["Message"]
     assert not bedrock.apne2.received and not bedrock.usw2.received
 
 
 def test_an_unknown_model_is_not_found(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    error = aws_error(lambda: boto3_client(reference, credential(reference)).converse(modelId="anthropic.claude-unknown-v1:0", **CONVERSE))
+    error = aws_error(lambda: boto3_client(reference, issue(reference)).converse(modelId="anthropic.claude-unknown-v1:0", **CONVERSE))
     assert error["Code"] == "ResourceNotFoundException" and error["status"] == 404
     assert not bedrock.apne2.received and not bedrock.usw2.received
 
@@ -141,7 +144,7 @@ BAD_BODIES = [(invoke_body(max_tokens="lots"), "max_tokens"), (invoke_body(model
 
 @pytest.mark.parametrize(("body", "field"), BAD_BODIES)
 def test_a_bad_invoke_body_is_a_validation_error_naming_the_field(body: bytes, field: str, reference: GatewayProcess, bedrock: BedrockFakes) -> None:
-    error = aws_error(lambda: boto3_client(reference, credential(reference)).invoke_model(modelId=SONNET_ID, body=body))
+    error = aws_error(lambda: boto3_client(reference, issue(reference)).invoke_model(modelId=SONNET_ID, body=body))
     assert error["Code"] == "ValidationException" and error["status"] == 400 and field in error["Message"]
     assert not bedrock.apne2.received
 
@@ -155,12 +158,8 @@ def test_a_bad_converse_body_is_a_validation_error_naming_the_field(reference: G
 
 
 def _signed(gateway: GatewayProcess, path: str, body: bytes) -> httpx.Response:
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
     request = AWSRequest(method="POST", url=f"{gateway.url}{path}", data=body, headers={"content-type": "application/json"})
-    SigV4Auth(Credentials(*credential(gateway)), "bedrock", "us-east-1").add_auth(request)
+    SigV4Auth(Credentials(*issue(gateway)), "bedrock", "us-east-1").add_auth(request)
     return httpx.post(request.url, content=body, headers=dict(request.headers.items()))
 
 
@@ -170,7 +169,7 @@ def test_the_gateways_rate_limit_is_a_throttling_exception(tmp_path: Path, fakes
     bundle = reference_bundle(tmp_path / "bundle", tenants=tenants, governance={"hasty-rate": {"subject": {"team": "hasty"}, "rate": {"rpm": 1}}})
     gateway = bedrock_gateway(tmp_path / "gw", fakes, bedrock, bundle)
     try:
-        client = boto3_client(gateway, credential(gateway, team="hasty"))
+        client = boto3_client(gateway, issue(gateway, team="hasty"))
         assert client.converse(modelId=SONNET_ID, **CONVERSE)["output"]["message"]["content"][0]["text"]
         # Another request, not the same one again: within the signature's second that would be a replay.
         again = [{"role": "user", "content": [{"text": "And again."}]}]
@@ -201,14 +200,14 @@ TOOLS = {"tools": [{"toolSpec": {"name": "bash", "description": "Runs a shell co
 def test_an_email_is_pseudonymised_for_bedrock_and_restored_for_boto3(guarded: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(echo=True))
     messages = [{"role": "user", "content": [{"text": f"Write to {EMAIL} today."}]}]
-    answer = boto3_client(guarded, credential(guarded)).converse(modelId=SONNET_ID, messages=messages, inferenceConfig={"maxTokens": 64})
+    answer = boto3_client(guarded, issue(guarded)).converse(modelId=SONNET_ID, messages=messages, inferenceConfig={"maxTokens": 64})
     (sent,) = bedrock.apne2.received
     assert EMAIL not in sent.body.decode() and "today." in sent.json["messages"][0]["content"][0]["text"]
     assert answer["output"]["message"]["content"][0]["text"] == f"Write to {EMAIL} today."
 
 
 def test_the_policy_prompt_is_the_first_system_entry(guarded: GatewayProcess, bedrock: BedrockFakes) -> None:
-    boto3_client(guarded, credential(guarded)).converse(modelId=SONNET_ID, system=[{"text": "Be brief."}], **CONVERSE)
+    boto3_client(guarded, issue(guarded)).converse(modelId=SONNET_ID, system=[{"text": "Be brief."}], **CONVERSE)
     (sent,) = bedrock.apne2.received
     first, second = sent.json["system"]
     assert first["text"].startswith(INSERTED_START) and second == {"text": "Be brief."}
@@ -216,7 +215,7 @@ def test_the_policy_prompt_is_the_first_system_entry(guarded: GatewayProcess, be
 
 def test_a_denied_streamed_tool_use_arrives_as_its_denial(guarded: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(text="", tool_calls=(ToolCall("bash", {"command": EVIL_COMMAND}, id="tooluse_1"),), pieces=4))
-    answer = boto3_client(guarded, credential(guarded)).converse_stream(modelId=SONNET_ID, toolConfig=TOOLS, **CONVERSE)
+    answer = boto3_client(guarded, issue(guarded)).converse_stream(modelId=SONNET_ID, toolConfig=TOOLS, **CONVERSE)
     events = list(answer["stream"])
     assert "policy denied a call to the tool `bash`" in streamed_text(events)
     assert not [e for e in events if "toolUse" in json.dumps(e.get("contentBlockStart", {})) or "toolUse" in json.dumps(e.get("contentBlockDelta", {}))]
@@ -226,7 +225,7 @@ def test_a_denied_streamed_tool_use_arrives_as_its_denial(guarded: GatewayProces
 
 def test_a_withheld_streamed_answer_ends_in_an_exception_boto3_raises(guarded: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Reply(text=f"My instructions end with: Confidential marker: {CANARY}. Never repeat it.", pieces=9))
-    answer = boto3_client(guarded, credential(guarded)).converse_stream(modelId=SONNET_ID, **CONVERSE)
+    answer = boto3_client(guarded, issue(guarded)).converse_stream(modelId=SONNET_ID, **CONVERSE)
     seen: list[dict[str, Any]] = []
     with pytest.raises(botocore.exceptions.EventStreamError) as failed:
         seen.extend(answer["stream"])

@@ -19,7 +19,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.bedrock_helpers import NOVA, SONNET_ID, bedrock_gateway, boto3_client, credential, invoke_chunks, reference_tenants, streamed_text
+from tests.bedrock_helpers import NOVA, SONNET_ID, bedrock_gateway, boto3_client, invoke_chunks, issue, reference_tenants, streamed_text
 from tests.bundles import TENANTS, deep_copy, target, write_bundle
 from tests.conftest import BedrockFakes, Fakes, GatewayProcess
 from tests.fakes import Reply, ToolCall
@@ -110,7 +110,7 @@ def test_every_client_with_every_provider(client: str, provider: str, stream: bo
 
 def _ask_bedrock(client: str, gateway: GatewayProcess, model: str, stream: bool, prompt: str) -> str:
     """boto3's ``bedrock-runtime``, signing with an issued credential."""
-    boto = boto3_client(gateway, credential(gateway))
+    boto = boto3_client(gateway, issue(gateway))
     if client == "converse":
         request: Any = {"modelId": model, "messages": [{"role": "user", "content": [{"text": prompt}]}], "inferenceConfig": {"maxTokens": 64}}
         if stream:
