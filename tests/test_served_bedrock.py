@@ -171,12 +171,18 @@ def test_boto3_with_a_bearer_token_over_https(
         assert gateway.url.startswith("https://")
         key = gateway.key("eng")
         monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", key)
+        with pytest.raises(botocore.exceptions.InvalidEndpointConfigurationError, match="HTTPS"):  # why the gateway serves TLS
+            boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=f"http://127.0.0.1:{gateway.port}", config=NO_RETRIES).converse(
+                modelId=SONNET_ID, **CONVERSE
+            )
         client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=gateway.url, verify=str(cert_file), config=NO_RETRIES)
+        sent_as: list[str] = []
+        client.meta.events.register("before-send.bedrock-runtime.*", lambda request, **_: sent_as.append(request.headers["Authorization"].decode()))
         answer = client.converse(modelId=SONNET_ID, **CONVERSE)
         assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
         events = list(client.converse_stream(modelId=SONNET_ID, **CONVERSE)["stream"])
         assert streamed_text(events) == "Hello from the fake provider."
-        assert operations(bedrock.apne2) == ["converse", "converse-stream"]
+        assert sent_as == [f"Bearer {key}"] * 2 and operations(bedrock.apne2) == ["converse", "converse-stream"]
         for sent in bedrock.apne2.received:
             assert signed_by_gateway(sent) and key not in json.dumps(sent.headers)
         started = next(r for r in gateway.records_for(request_id(answer)) if r["event"] == "request_started")
