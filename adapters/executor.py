@@ -143,7 +143,7 @@ class Executor:
             return await self._finish_failed(exchange, error)
 
     def _call(self, exchange: Exchange, targets: tuple[Target, ...], path: str | None = None) -> Call:
-        request = exchange.request
+        request, plan = exchange.request, exchange.plan
         assert request is not None
 
         async def body(pair: Route, target: Target) -> bytes:
@@ -167,6 +167,7 @@ class Executor:
             attempts=exchange.attempts,
             path=path,
             stream=request.stream and path is None,
+            guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
         )
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
@@ -192,6 +193,8 @@ class Executor:
         usage = pair.upstream.wire.usage_of(document) if isinstance(document, dict) else None
         exchange.usage = usage or Usage()
         exchange.usage_complete = usage is not None
+        if isinstance(document, dict) and pair.upstream.wire.intervened(document):
+            exchange.audit_outcome["guardrail_intervened"] = True  # that it did, never what it held back
         try:
             for guard in self._guards(exchange, pair):
                 if await guard.document(document):

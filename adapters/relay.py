@@ -114,6 +114,8 @@ class StreamRelay:
         finally:
             await self._abandon()
             exchange.usage, exchange.usage_complete = self._meter.usage, self._meter.complete and self._meter.known
+            if self._meter.intervened:
+                exchange.audit_outcome["guardrail_intervened"] = True
             await self._finish(outcome, error)
 
     async def _guarded(self, events: list[SSEEvent], finish: bool = False) -> list[SSEEvent]:

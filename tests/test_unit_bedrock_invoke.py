@@ -300,3 +300,16 @@ def test_a_stream_error_ends_the_stream_as_boto3_raises_it() -> None:
     with pytest.raises(BotoEventStreamError) as raised:
         boto3_stream(raw)
     assert raised.value.response["Error"] == {"Code": "modelStreamErrorException", "Message": "the provider failed mid-stream"}
+
+
+def test_a_clients_own_guardrail_goes_to_bedrock_and_the_policys_replaces_it() -> None:
+    raw = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    sent = {"X-Amzn-Bedrock-GuardrailIdentifier": "client-guard", "X-Amzn-Bedrock-GuardrailVersion": "2", "authorization": "Bearer pk-secret"}
+    request = wire.parse(raw, sent, "", DEFAULT_LIMITS, {"model": "anthropic.claude-v2", "action": "invoke"})
+    headers = wire.upstream_headers(None, request.forward_headers)
+    assert headers["x-amzn-bedrock-guardrailidentifier"] == "client-guard" and headers["x-amzn-bedrock-guardrailversion"] == "2"
+    assert "authorization" not in headers and "pk-secret" not in json.dumps(headers)
+    body = wire.require_guardrail(raw, headers, {"identifier": "policy-guard", "version": "1", "trace": "enabled"})
+    assert body == raw
+    guard = {name.lower(): value for name, value in headers.items() if "guardrail" in name.lower() or "trace" in name.lower()}
+    assert guard == {"x-amzn-bedrock-guardrailidentifier": "policy-guard", "x-amzn-bedrock-guardrailversion": "1", "x-amzn-bedrock-trace": "ENABLED"}

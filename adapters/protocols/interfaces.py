@@ -55,6 +55,7 @@ class StreamMeter(Protocol):
 
     complete: bool
     known: bool
+    intervened: bool  # the provider's own guard (a Bedrock guardrail) intervened in the answer
 
     def feed(self, event: SSEEvent) -> None: ...
     @property
@@ -103,6 +104,7 @@ class Wire(Protocol):
     def usage_of(self, document: Mapping[str, Any]) -> Usage | None: ...
     def is_error_event(self, event: SSEEvent) -> bool: ...
     def is_usage_only(self, document: Mapping[str, Any]) -> bool: ...
+    def intervened(self, document: Mapping[str, Any]) -> bool: ...  # a provider guard intervened in this answer
     StreamUsage: Callable[[], StreamMeter]
 
 

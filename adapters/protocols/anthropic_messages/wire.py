@@ -189,10 +189,16 @@ def is_usage_only(document: Mapping[str, Any]) -> bool:
     return False
 
 
+def intervened(document: Mapping[str, Any]) -> bool:
+    return False  # its providers have no guard of their own that the gateway reports
+
+
 class StreamUsage:
     """Usage read off a Messages stream: ``message_start`` carries the input side,
     each ``message_delta`` the cumulative output; the last value of each field wins.
     ``complete`` says the stream ended properly, ``known`` that it reported final usage."""
+
+    intervened = False
 
     def __init__(self) -> None:
         self._fields: dict[str, int] = {}

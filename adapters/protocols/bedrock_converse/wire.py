@@ -171,6 +171,14 @@ def is_usage_only(document: Mapping[str, Any]) -> bool:
     return "metadata" in document
 
 
+def intervened(document: Mapping[str, Any]) -> bool:
+    """A guardrail stopped the answer (Bedrock says so in the stop reason)."""
+    return document.get("stopReason") == GUARDRAIL_STOP
+
+
+GUARDRAIL_STOP = "guardrail_intervened"
+
+
 class StreamUsage:
     """Usage read off a Converse stream: the ``metadata`` event reports it, after
     ``messageStop``; the stream is complete when both were seen."""
@@ -178,6 +186,7 @@ class StreamUsage:
     def __init__(self) -> None:
         self.usage = Usage()
         self.known = False
+        self.intervened = False
         self._stopped = self._reported = False
 
     @property
@@ -187,6 +196,7 @@ class StreamUsage:
     def feed(self, event: SSEEvent) -> None:
         if event.event == "messageStop":
             self._stopped = True
+            self.intervened = GUARDRAIL_STOP in event.data and _stop_reason(event) == GUARDRAIL_STOP
             return
         if event.event != "metadata":
             return
@@ -198,3 +208,10 @@ class StreamUsage:
         reported = usage_of(payload) if isinstance(payload, dict) else None
         if reported is not None:
             self.usage, self.known = reported, True
+
+
+def _stop_reason(event: SSEEvent) -> Any:
+    try:
+        return json.loads(event.data)["messageStop"].get("stopReason")
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return None

@@ -8,6 +8,7 @@ the envelope, the framing and the errors is the Messages protocol's own, reused.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -37,14 +38,21 @@ is_usage_only = messages.is_usage_only
 
 def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS, path: Mapping[str, str] = NO_PATH) -> ParsedRequest:
     """The model and the stream from the path, the envelope checked, the rest validated
-    as a Messages body. No client header is forwarded: the body's beta list stands in
+    as a Messages body. Of the client's headers only its own guardrail goes on (to a
+    Bedrock target, unless the policy requires another): the body's beta list stands in
     for the ``anthropic-beta`` header an Anthropic provider would read."""
     model = envelope.path_model(path)
     body = parse_json_object(raw)
     envelope.check_envelope(body)
     request = messages.messages_request(NAME, raw, body, model, limits, stream=path.get("action") == STREAM_ACTION)
-    request.forward_headers = envelope.beta_header(body, limits)
+    request.forward_headers = {**envelope.beta_header(body, limits), **_client_guardrail(headers)}
     return request
+
+
+def _client_guardrail(headers: Mapping[str, str]) -> dict[str, str]:
+    """The guardrail the client asked for itself (it only ever restricts the answer)."""
+    found = {name.lower(): headers.get(name, "") for name in GUARDRAIL_HEADERS.values()}
+    return {name: value for name, value in found.items() if value and len(value) <= 2048 and value.isprintable()}
 
 
 def client_wants_usage(request: ParsedRequest) -> bool:
@@ -68,9 +76,10 @@ def upstream_path(model: str, stream: bool) -> str:
 
 
 def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:
-    """JSON in, JSON out; the Bedrock provider signs. Nothing of the client's goes,
-    its beta features are in the body already."""
-    return {"content-type": "application/json", "accept": "application/json"}
+    """JSON in, JSON out; the Bedrock provider signs. Of the client's headers only its own
+    guardrail goes (its beta features are in the body already)."""
+    guardrail = {name.lower() for name in GUARDRAIL_HEADERS.values()}
+    return {"content-type": "application/json", "accept": "application/json", **{k: v for k, v in forward.items() if k in guardrail}}
 
 
 # InvokeModel names its guardrail in headers, as boto3 sends ``guardrailIdentifier`` and the rest.
@@ -79,7 +88,9 @@ GUARDRAIL_HEADERS = {"identifier": "X-Amzn-Bedrock-GuardrailIdentifier", "versio
 
 def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[str, str]) -> bytes:
     """The policy's guardrail as InvokeModel's headers. A client's own never reaches them
-    (no client header is forwarded); the body is left as it is."""
+    (the client's own is removed first); the body is left as it is."""
+    for header in GUARDRAIL_HEADERS.values():
+        headers.pop(header.lower(), None)
     for name, header in GUARDRAIL_HEADERS.items():
         value = guardrail.get(name)
         if value:
@@ -128,6 +139,13 @@ def is_error_event(event: SSEEvent) -> bool:
     return (isinstance(event, FramedEvent) and event.exception) or messages.is_error_event(event)
 
 
+GUARDRAIL_ACTION = "amazon-bedrock-guardrailAction"  # what Bedrock adds when a guardrail judged the answer
+
+
+def intervened(document: Mapping[str, Any]) -> bool:
+    return document.get(GUARDRAIL_ACTION) == "INTERVENED"
+
+
 class StreamUsage:
     """Usage read off the unwrapped Messages events, as a Messages stream is metered;
     when they did not report it, the invocation metrics Bedrock adds to the last chunk."""
@@ -135,6 +153,7 @@ class StreamUsage:
     def __init__(self) -> None:
         self._events = messages.StreamUsage()
         self._metrics: Usage | None = None
+        self.intervened = False
 
     @property
     def complete(self) -> bool:
@@ -146,6 +165,9 @@ class StreamUsage:
 
     def feed(self, event: SSEEvent) -> None:
         self._events.feed(event)
+        if GUARDRAIL_ACTION in event.data:
+            with contextlib.suppress(ValueError, AttributeError):
+                self.intervened = self.intervened or intervened(event.json())
         if event.event == "message_stop" and METRICS in event.data:
             try:
                 self._metrics = metrics_usage(event.json().get(METRICS))

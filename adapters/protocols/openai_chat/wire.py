@@ -156,10 +156,16 @@ def is_usage_only(document: Mapping[str, Any]) -> bool:
     return not document.get("choices") and document.get("usage") is not None
 
 
+def intervened(document: Mapping[str, Any]) -> bool:
+    return False  # its providers have no guard of their own that the gateway reports
+
+
 class StreamUsage:
     """Usage read off a Chat stream: the chunk that carries ``usage`` (sent last when
     ``stream_options.include_usage`` is set); ``[DONE]`` marks a complete stream. A
     server that ignores ``include_usage`` leaves the usage unknown, not zero."""
+
+    intervened = False
 
     def __init__(self) -> None:
         self.usage = Usage()

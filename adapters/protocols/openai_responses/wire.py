@@ -158,10 +158,16 @@ def is_usage_only(document: Mapping[str, Any]) -> bool:
     return False
 
 
+def intervened(document: Mapping[str, Any]) -> bool:
+    return False  # its providers have no guard of their own that the gateway reports
+
+
 class StreamUsage:
     """Usage read off a Responses stream: the final event (``response.completed`` or
     ``response.incomplete``, and ``response.failed``) carries the response with its
     usage. The first two end a stream properly."""
+
+    intervened = False
 
     def __init__(self) -> None:
         self.usage = Usage()
