@@ -1,10 +1,13 @@
 """Bedrock policy, served: the region lock holding for the ``apac.`` inference profile
 (a principal gets a profile only when its whole region set is allowed) and a Bedrock
-guardrail the bundle requires reaching Bedrock in place of the client's, with boto3
-and Messages clients through a real gateway to the fake Bedrocks."""
+guardrail the bundle requires reaching Bedrock in place of the client's, its
+interventions reported to the client in its protocol and audited (that, never what),
+and Anthropic direct served without it — with boto3 and Messages clients through a real
+gateway to the fake Bedrocks."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +25,7 @@ from tests.bedrock_helpers import (
     operations,
     reference_bundle,
     reference_tenants,
+    streamed_text,
 )
 from tests.bundles import APAC_PROFILE_REGIONS
 from tests.conftest import BedrockFakes, Fakes, GatewayProcess
@@ -81,26 +85,52 @@ def test_a_lock_holding_only_the_profiles_home_region_skips_the_profile(policed:
 
 # --- guardrails --------------------------------------------------------------------------
 
-UNWIRED = (
-    "the decision plan carries the guardrail (engine/plan.py Plan.guardrail) and dispatch applies Call.guardrail "
-    "(adapters/dispatch.py), but Executor._call (adapters/executor.py) never sets Call(guardrail=...) from exchange.plan, "
-    "so no guardrail reaches Bedrock"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=UNWIRED)
 def test_the_policys_guardrail_replaces_the_clients_in_converse(policed: GatewayProcess, bedrock: BedrockFakes) -> None:
     own = {"guardrailIdentifier": "clientsown", "guardrailVersion": "1", "trace": "disabled"}
-    boto3_client(policed, issue(policed, team="guarded")).converse(modelId=SONNET_ID, guardrailConfig=own, **CONVERSE)
+    answer = boto3_client(policed, issue(policed, team="guarded")).converse(modelId=SONNET_ID, guardrailConfig=own, **CONVERSE)
     (sent,) = bedrock.apne2.received
     assert sent.json["guardrailConfig"] == {"guardrailIdentifier": "gr0a1b2c3d4e5", "guardrailVersion": "3", "trace": "enabled"}
+    started = next(r for r in policed.records_for(_request_id(answer)) if r["event"] == "request_started")
+    assert started["decision"]["guardrail"] == GUARDRAIL
+    assert "guardrail_intervened" not in policed.outcome(_request_id(answer))
 
 
-@pytest.mark.xfail(strict=True, reason=UNWIRED)
-def test_a_guardrail_intervention_reaches_a_messages_client_as_a_refusal(policed: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_guardrail_intervention_reaches_boto3_as_bedrock_reports_it(stream: bool, policed: GatewayProcess, bedrock: BedrockFakes) -> None:
+    bedrock.apne2.script(APAC_ID, Intervene("Sorry, that is not allowed here."))
+    client = boto3_client(policed, issue(policed, team="guarded"))
+    if stream:
+        answer = client.converse_stream(modelId=SONNET_ID, **CONVERSE)
+        events = list(answer["stream"])
+        text, stop = streamed_text(events), next(e["messageStop"]["stopReason"] for e in events if "messageStop" in e)
+    else:
+        answer = client.converse(modelId=SONNET_ID, **CONVERSE)
+        text, stop = answer["output"]["message"]["content"][0]["text"], answer["stopReason"]
+    assert (text, stop) == ("Sorry, that is not allowed here.", "guardrail_intervened")
+    (sent,) = bedrock.apne2.received
+    assert sent.json["guardrailConfig"]["guardrailIdentifier"] == "gr0a1b2c3d4e5"
+    outcome = policed.outcome(_request_id(answer))
+    assert outcome["guardrail_intervened"] is True and "not allowed" not in json.dumps(outcome)  # that it did, never what
+
+
+def test_a_guardrail_intervention_reaches_a_messages_client_through_invoke_model(policed: GatewayProcess, bedrock: BedrockFakes) -> None:
     bedrock.apne2.script(APAC_ID, Intervene("Sorry, that is not allowed here."))
     client = anthropic.Anthropic(base_url=policed.url, api_key=policed.key("guarded"), max_retries=0)
-    message = client.messages.create(model=CANONICAL, max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
+    created = client.messages.with_raw_response.create(model=CANONICAL, max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
+    assert created.parse().content[0].text == "Sorry, that is not allowed here."
     (sent,) = bedrock.apne2.received
+    assert operations(bedrock.apne2) == ["invoke"]
     assert sent.headers["x-amzn-bedrock-guardrailidentifier"] == "gr0a1b2c3d4e5" and sent.headers["x-amzn-bedrock-guardrailversion"] == "3"
-    assert message.content[0].text == "Sorry, that is not allowed here."
+    assert sent.headers["x-amzn-bedrock-trace"] == "ENABLED"
+    assert policed.outcome(created.headers["x-portcullis-request-id"])["guardrail_intervened"] is True
+
+
+def test_a_guardrail_is_bedrocks_so_anthropic_direct_serves_without_it(policed: GatewayProcess, bedrock: BedrockFakes, fakes: Fakes) -> None:
+    for fake, model in ((bedrock.apne2, APAC_ID), (bedrock.usw2, SONNET_ID)):
+        fake.script(model, Fail(503))
+    answer = boto3_client(policed, issue(policed, team="guarded")).converse(modelId=SONNET_ID, **CONVERSE)
+    assert answer["output"]["message"]["content"][0]["text"] == "Hello from the fake provider."
+    assert [r.json["guardrailConfig"]["guardrailIdentifier"] for r in bedrock.apne2.received + bedrock.usw2.received] == ["gr0a1b2c3d4e5"] * 2
+    (direct,) = fakes.anthropic_us.received
+    assert "guardrail" not in direct.body.decode().lower()
