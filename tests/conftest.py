@@ -1,4 +1,4 @@
-"""Shared fixtures: real services, the fake providers and gateway processes (bundles: ``tests/bundles.py``).
+"""Shared fixtures: real services, the fake providers (two Bedrock ones among them) and gateway processes (bundles: ``tests/bundles.py``).
 
 Gateways run as real ``portcullis serve`` processes on free ports and are reached over
 real HTTP. PostgreSQL and Redis are the machine's own (``DATABASE_URL`` / ``REDIS_URL``,
@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -137,6 +138,35 @@ def fakes(session_fakes: Fakes) -> Fakes:
     return session_fakes
 
 
+# Two Bedrock Runtimes in the reference routing's regions (each checks the gateway's SigV4 for its own).
+@dataclass
+class BedrockFakes:
+    apne2: FakeProvider
+    usw2: FakeProvider
+
+    def all(self) -> list[FakeProvider]:
+        return [self.apne2, self.usw2]
+
+
+@pytest.fixture(scope="session")
+def session_bedrock() -> Iterator[BedrockFakes]:
+    fakes = BedrockFakes(
+        FakeProvider(UPSTREAM_KEY, "bedrock-apne2", region="ap-northeast-2").start(),
+        FakeProvider(UPSTREAM_KEY, "bedrock-usw2", region="us-west-2").start(),
+    )
+    yield fakes
+    for fake in fakes.all():
+        fake.stop()
+
+
+@pytest.fixture
+def bedrock(session_bedrock: BedrockFakes, fakes: Fakes) -> BedrockFakes:
+    """Both Bedrock fakes reset (and, through ``fakes``, the session's others)."""
+    for fake in session_bedrock.all():
+        fake.reset()
+    return session_bedrock
+
+
 # --- gateway processes --------------------------------------------------------------------
 
 
@@ -147,10 +177,11 @@ class GatewayProcess:
     process: subprocess.Popen | None = None
     port: int = 0
     keys: dict[str, str] = field(default_factory=dict)
+    certificate: Path | None = None  # set at start when the config's listen.tls serves HTTPS
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.certificate else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def audit_path(self) -> Path:
@@ -196,6 +227,8 @@ class GatewayProcess:
         self.port = self.port or free_port()
         config = yaml.safe_load(self.config_path.read_text())
         config["listen"] = {**config.get("listen", {}), "host": "127.0.0.1", "port": self.port}  # keeps other listen settings
+        tls = config["listen"].get("tls")
+        self.certificate = (self.config_path.parent / tls["cert_file"]) if tls else None
         self.config_path.write_text(yaml.safe_dump(config))
         log = self.log_path.open("ab")
         environment = {**os.environ, "FAKE_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "INFO", **(env or {})}
@@ -211,12 +244,16 @@ class GatewayProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited with {self.process.returncode}:\n{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=0.5, verify=self.trust()).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"gateway did not become ready:\n{self.logs()}")
+
+    def trust(self) -> ssl.SSLContext | bool:
+        """What an HTTP client verifies this gateway with: its own certificate when it serves HTTPS."""
+        return ssl.create_default_context(cafile=self.certificate) if self.certificate else True
 
     def signal(self, signum: int = signal.SIGHUP) -> None:
         assert self.process is not None

@@ -5,11 +5,7 @@ through boto3's ``bedrock-runtime`` client and ``AnthropicBedrock`` on the Bedro
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,30 +19,14 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from tests.bedrock_helpers import SEAL_ENV, SIGV4, cli, issue
 from tests.conftest import Fakes, GatewayProcess
 
 pytestmark = pytest.mark.served
 
-SEAL_ENV = {"PORTCULLIS_AWS_SEAL_KEY": base64.b64encode(b"s" * 32).decode()}
-SIGV4 = {"aws_credentials": {"seal_key_env": "PORTCULLIS_AWS_SEAL_KEY"}}
 MESSAGE = {"model": "haiku", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
 ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-haiku-4-5-20251001-v1:0"
 SIGNATURE_CODES = {"InvalidSignatureException", "IncompleteSignatureException", "UnrecognizedClientException"}
-
-
-def cli(gateway: GatewayProcess, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "portcullis.adapters.cli", *args, "--config", str(gateway.config_path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **SEAL_ENV},
-        check=True,
-    )
-
-
-def issue(gateway: GatewayProcess, team: str = "eng", user: str | None = None) -> tuple[str, str]:
-    printed = cli(gateway, "keys", "create", "--aws", "--team", team, *(["--user", user] if user else [])).stdout.splitlines()
-    return printed[0].split("=", 1)[1], printed[1].split("=", 1)[1]
 
 
 @pytest.fixture

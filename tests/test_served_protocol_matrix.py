@@ -1,6 +1,9 @@
 """Every client protocol against every provider protocol, through the gateway with the
 official SDKs: every cell round-trips, plain and streamed (what a cell's provider cannot
-express is refused per field: below, and in each translator's tests). And tool calls
+express is refused per field: below, and in each translator's tests). Bedrock's cells:
+boto3 ``converse`` and ``invoke_model`` clients (signed with issued credentials) against
+every provider, and every client against Claude on Bedrock (InvokeModel for Messages and
+InvokeModel clients, Converse for the others) and Nova (Converse only). And tool calls
 through the translators: a Responses client's function calls both ways and a Messages
 client's tool use through a Responses provider, a freeform (custom) tool back as
 ``custom_tool_call`` with its raw input, and what a foreign provider cannot run refused."""
@@ -10,13 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import anthropic
 import openai
 import pytest
 
-from tests.bundles import TENANTS, deep_copy, write_bundle
-from tests.conftest import Fakes, GatewayProcess
+from tests.bedrock_helpers import NOVA, SONNET_ID, bedrock_gateway, boto3_client, invoke_chunks, issue, reference_tenants, streamed_text
+from tests.bundles import TENANTS, deep_copy, target, write_bundle
+from tests.conftest import BedrockFakes, Fakes, GatewayProcess
 from tests.fakes import Reply, ToolCall
 from tests.integrity_helpers import AGENT_SAFETY
 from tests.test_served_openai_responses import CODEX, CODEX_UPSTREAM, _catalog, _gateway
@@ -29,14 +34,31 @@ PROVIDERS = {
     "chat": ("gpt-4o-mini", "openai_main", "gpt-4o-mini-2024-07-18", "/v1/chat/completions"),
     "responses": (CODEX, "openai_main", CODEX_UPSTREAM, "/v1/responses"),
 }
+BEDROCK_CLAUDE = "claude-sonnet-4-5-bedrock"
+# Bedrock providers: the fake that serves the model, its Bedrock id. An Anthropic model is
+# reached with InvokeModel by Messages and InvokeModel clients, with Converse by the others.
+BEDROCK_PROVIDERS = {"bedrock-claude": (BEDROCK_CLAUDE, "apne2", SONNET_ID), "bedrock-nova": (NOVA, "usw2", NOVA)}
+CLIENTS = ["chat", "converse", "invoke", "messages", "responses"]
 FUNCTION = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"
 
 
+def _matrix_catalog() -> dict[str, Any]:
+    """The Responses suite's catalog, and Claude and Nova on Bedrock as models of their own."""
+    catalog = _catalog()
+    catalog["models"][BEDROCK_CLAUDE] = {"targets": [target("bedrock-apne2", SONNET_ID, "ap-northeast-2")]}
+    catalog["models"][NOVA] = {"targets": [target("bedrock-usw2", NOVA, "us-west-2", capabilities=["streaming", "tools"])]}
+    for provider, model in (("bedrock-apne2", SONNET_ID), ("bedrock-usw2", NOVA)):
+        catalog["prices"].append({"provider": provider, "model": model, "effective_from": "2024-12-03", "usd_per_mtok": {"input": "3", "output": "15"}})
+    return catalog
+
+
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes) -> Iterator[GatewayProcess]:
+def matrix(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes, session_bedrock: BedrockFakes) -> Iterator[GatewayProcess]:
     directory = tmp_path_factory.mktemp("matrix")
-    running = _gateway(directory, session_fakes, write_bundle(directory / "bundle", deep_copy(TENANTS), _catalog()))
+    running = bedrock_gateway(
+        directory, session_fakes, session_bedrock, write_bundle(directory / "bundle", reference_tenants(), _matrix_catalog()), responses=True
+    )
     yield running
     running.stop()
 
@@ -54,6 +76,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes) -> I
 def _ask(client: str, gateway: GatewayProcess, model: str, stream: bool) -> str:
     """The answer's text as the client's SDK assembles it."""
     key, prompt = gateway.key("eng"), "Say hello."
+    if client in ("converse", "invoke"):
+        return _ask_bedrock(client, gateway, model, stream, prompt)
     if client == "messages":
         claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
         if stream:
@@ -82,6 +106,48 @@ def test_every_client_with_every_provider(client: str, provider: str, stream: bo
     assert _ask(client, matrix, model, stream) == f"hello from {provider}"
     (sent,) = [r for r in fake.received if r.path == path]
     assert sent.json["model"] == upstream
+
+
+def _ask_bedrock(client: str, gateway: GatewayProcess, model: str, stream: bool, prompt: str) -> str:
+    """boto3's ``bedrock-runtime``, signing with an issued credential."""
+    boto = boto3_client(gateway, issue(gateway))
+    if client == "converse":
+        request: Any = {"modelId": model, "messages": [{"role": "user", "content": [{"text": prompt}]}], "inferenceConfig": {"maxTokens": 64}}
+        if stream:
+            return streamed_text(boto.converse_stream(**request)["stream"])
+        return "".join(block.get("text", "") for block in boto.converse(**request)["output"]["message"]["content"])
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": [{"role": "user", "content": prompt}]})
+    if stream:
+        chunks = invoke_chunks(boto.invoke_model_with_response_stream(modelId=model, body=body)["body"])
+        return "".join(c["delta"].get("text", "") for c in chunks if c["type"] == "content_block_delta")
+    return "".join(block["text"] for block in json.loads(boto.invoke_model(modelId=model, body=body)["body"].read())["content"] if block["type"] == "text")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("client", ["converse", "invoke"])
+def test_every_bedrock_client_with_every_other_provider(client: str, provider: str, stream: bool, matrix: GatewayProcess, fakes: Fakes) -> None:
+    model, fake_name, upstream, path = PROVIDERS[provider]
+    fake = getattr(fakes, fake_name)
+    fake.script(upstream, Reply(text=f"hello from {provider}"))
+    assert _ask(client, matrix, model, stream) == f"hello from {provider}"
+    (sent,) = [r for r in fake.received if r.path == path]
+    assert sent.json["model"] == upstream
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", sorted(BEDROCK_PROVIDERS))
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_client_with_every_bedrock_provider(client: str, provider: str, stream: bool, matrix: GatewayProcess, bedrock: BedrockFakes) -> None:
+    model, fake_name, upstream = BEDROCK_PROVIDERS[provider]
+    fake = getattr(bedrock, fake_name)
+    fake.script(upstream, Reply(text=f"hello from {provider}"))
+    assert _ask(client, matrix, model, stream) == f"hello from {provider}"
+    invoke = provider == "bedrock-claude" and client in ("messages", "invoke")
+    operation = ("invoke" if invoke else "converse") + (("-with-response-stream" if invoke else "-stream") if stream else "")
+    (sent,) = fake.received
+    assert sent.path == f"/model/{quote(upstream, safe='')}/{operation}" and sent.model == upstream
+    assert ("anthropic_version" in sent.json) is invoke and "model" not in sent.json
 
 
 def _responses(gateway: GatewayProcess) -> openai.OpenAI:

@@ -60,9 +60,21 @@ def error_headers(error: GatewayError, request_id: str) -> dict[str, str]:
     return {"x-amzn-ErrorType": error_type(error), "x-amzn-RequestId": request_id}
 
 
+# The exceptions both streaming operations' event unions declare (ConverseStream's and
+# InvokeModelWithResponseStream's): botocore reads a frame of any other type as an error
+# with neither code nor message, so the client would lose why its stream ended.
+_STREAM_TYPES = frozenset({"internalServerException", "modelStreamErrorException", "validationException", "throttlingException", "serviceUnavailableException"})
+# A refusal of what the answer holds (an output guard's) is, to Bedrock, an answer that failed validation.
+_STREAM_REFUSALS = frozenset({ErrorKind.PERMISSION, ErrorKind.INVALID_REQUEST})
+
+
 def stream_error(error: GatewayError) -> bytes:
-    """The exception frame that ends a stream the gateway cannot finish."""
+    """The exception frame that ends a stream the gateway cannot finish, of a type the
+    stream's clients know."""
     name = error_type(error)
     if error.kind is ErrorKind.UPSTREAM:
         name = "ModelStreamErrorException"
-    return exception_frame(name[0].lower() + name[1:], error.message)
+    name = name[0].lower() + name[1:]
+    if name not in _STREAM_TYPES:
+        name = "validationException" if error.kind in _STREAM_REFUSALS else "internalServerException"
+    return exception_frame(name, error.message)
