@@ -140,19 +140,13 @@ def test_anthropic_bedrock_create_and_stream_with_raw_colons(reference: GatewayP
     assert reference.outcome(created.headers["x-portcullis-request-id"])["served"]["provider"] == "bedrock-apne2"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "AnthropicBedrock (anthropic 2.14.0) sends its ANTHROPIC_API_VERSION '2026-10-21' as anthropic_version; the gateway passes "
-        "any version to an InvokeModel target (bedrock_invoke/envelope.py: 'Bedrock judges it') and the fake Bedrock refuses every "
-        "version but bedrock-2023-05-31 (400 ValidationException); so the SDK's default cannot reach a Bedrock target"
-    ),
-)
 def test_anthropic_bedrock_with_its_default_version_is_served_by_bedrock(reference: GatewayProcess, bedrock: BedrockFakes) -> None:
+    """AnthropicBedrock 2.x sends its dated API version as anthropic_version; Bedrock takes only its own."""
     client = anthropic_bedrock(reference, issue(reference))
     message = client.messages.create(model=SONNET_ID, max_tokens=64, messages=[{"role": "user", "content": "Hi"}])
     assert message.content[0].text == "Hello from the fake provider."
     assert operations(bedrock.apne2) == ["invoke"]
+    assert bedrock.apne2.received[0].json["anthropic_version"] == BEDROCK_VERSION
 
 
 # --- 2. Bearer keys, over HTTPS ------------------------------------------------------------

@@ -113,10 +113,15 @@ def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[s
 
 def passthrough_body(request: ParsedRequest, upstream_model: str, ceiling: int | None) -> bytes:
     """The client's own bytes (the model is in the path), with a larger max_tokens
-    lowered to ``ceiling`` when the output must stay within it."""
+    lowered to ``ceiling`` when the output must stay within it, and Bedrock's one
+    ``anthropic_version``: SDKs send their own API version there (AnthropicBedrock 2.x
+    sends its dated one), which Bedrock refuses."""
+    raw = request.raw
+    if request.body.get(envelope.VERSION_MEMBER) != envelope.VERSION:
+        raw = set_member(raw, envelope.VERSION_MEMBER, envelope.VERSION)
     if ceiling is not None and (request.max_tokens or 0) > ceiling:
-        return set_member(request.raw, "max_tokens", ceiling)
-    return request.raw
+        raw = set_member(raw, "max_tokens", ceiling)
+    return raw
 
 
 def compose(model: str, instructions: str, user: str, max_tokens: int) -> dict[str, Any]:
