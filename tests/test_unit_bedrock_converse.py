@@ -205,6 +205,7 @@ def test_unknown_top_level_members_pass_through_to_the_provider() -> None:
 def test_the_model_comes_from_the_path_and_is_bounded() -> None:
     assert refusal(hello(), {"action": "converse"}).message == "modelId: the path names no model"
     assert "longer than 2048" in refusal(hello(), {"model": "m" * 2049, "action": "converse"}).message
+    assert refusal(hello(), {"model": "anthropic.claude\n", "action": "converse"}).message == "modelId: contains characters no model id has"
     assert parse(hello(), {"model": "m" * 2048, "action": "converse"}).model == "m" * 2048
 
 
