@@ -27,6 +27,7 @@ from portcullis.adapters.config import StoreConfig
 from portcullis.adapters.protocols import aws_errors
 from portcullis.adapters.store import Store, open_store
 from portcullis.engine.errors import ErrorKind, GatewayError
+from tests.sigv4_helpers import embedded_store
 
 HOST = "127.0.0.1:8080"
 MODEL_PATH = "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse"
@@ -59,9 +60,7 @@ class Gateway:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    opened = asyncio.run(open_store(StoreConfig(kind="embedded", path=tmp_path / "keys.db"), max_failures=1000, window=60))
-    yield opened
-    asyncio.run(opened.close())
+    yield from embedded_store(tmp_path)
 
 
 @pytest.fixture
