@@ -20,7 +20,7 @@ from typing import Any
 
 from portcullis.adapters.protocols.jsonbody import client_index, invalid
 from portcullis.adapters.protocols.sse import SSEEvent, encode
-from portcullis.adapters.protocols.translators.converse_blocks import CONVERSE, DocumentNames, to_converse_content, to_converse_system
+from portcullis.adapters.protocols.translators.converse_blocks import CONVERSE, SAME_STOP_REASONS, DocumentNames, to_converse_content, to_converse_system
 from portcullis.adapters.protocols.translators.converse_tools import to_converse_tool_choice, to_converse_tools
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 from portcullis.engine.plan import Target
@@ -30,15 +30,7 @@ TARGET = "bedrock_converse"
 _CONVERTED = {"model", "messages", "max_tokens", "system", "stream", "temperature", "top_p", "top_k", "stop_sequences", "tools", "tool_choice", "thinking"}
 _DROPPED = {"metadata"}
 _THINKING_TYPES = ("enabled", "adaptive")
-_STOP_REASONS = {
-    "end_turn": "end_turn",
-    "tool_use": "tool_use",
-    "max_tokens": "max_tokens",
-    "stop_sequence": "stop_sequence",
-    "model_context_window_exceeded": "model_context_window_exceeded",
-    "guardrail_intervened": "refusal",
-    "content_filtered": "refusal",
-}
+_STOP_REASONS = {**SAME_STOP_REASONS, "guardrail_intervened": "refusal", "content_filtered": "refusal"}
 _MALFORMED = ("malformed_model_output", "malformed_tool_use")
 
 

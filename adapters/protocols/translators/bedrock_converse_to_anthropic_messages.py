@@ -23,7 +23,7 @@ from typing import Any
 from portcullis.adapters.protocols.eventstream import event_frame
 from portcullis.adapters.protocols.jsonbody import client_index, invalid
 from portcullis.adapters.protocols.sse import SSEEvent
-from portcullis.adapters.protocols.translators.converse_blocks import MESSAGES, to_messages_content, to_messages_system
+from portcullis.adapters.protocols.translators.converse_blocks import MESSAGES, SAME_STOP_REASONS, to_messages_content, to_messages_system
 from portcullis.adapters.protocols.translators.converse_tools import to_messages_tools
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 from portcullis.engine.plan import Target
@@ -36,15 +36,7 @@ _DROPPED = {"requestMetadata"}
 _NO_OP: dict[str, Any] = {"performanceConfig": {"latency": "standard"}, "serviceTier": {"type": "default"}}
 _INFERENCE = {"maxTokens": "max_tokens", "temperature": "temperature", "topP": "top_p", "stopSequences": "stop_sequences"}
 _ADDITIONAL = ("thinking", "top_k")
-_STOP_REASONS = {
-    "end_turn": "end_turn",
-    "tool_use": "tool_use",
-    "max_tokens": "max_tokens",
-    "stop_sequence": "stop_sequence",
-    "model_context_window_exceeded": "model_context_window_exceeded",
-    "refusal": "content_filtered",
-    "pause_turn": "end_turn",
-}
+_STOP_REASONS = {**SAME_STOP_REASONS, "refusal": "content_filtered", "pause_turn": "end_turn"}
 
 
 def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:

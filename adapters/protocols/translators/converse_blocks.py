@@ -34,6 +34,8 @@ from portcullis.engine.errors import excerpt
 
 CONVERSE = "Bedrock Converse"
 MESSAGES = "Anthropic Messages"
+# The stop reasons both protocols name alike; each direction adds the ones they name apart.
+SAME_STOP_REASONS = {reason: reason for reason in ("end_turn", "tool_use", "max_tokens", "stop_sequence", "model_context_window_exceeded")}
 
 IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
 IMAGE_MEDIA_TYPES = {fmt: media for media, fmt in IMAGE_FORMATS.items()}
