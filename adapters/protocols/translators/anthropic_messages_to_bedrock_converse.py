@@ -18,9 +18,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from portcullis.adapters.protocols.jsonbody import client_index, invalid
+from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.sse import SSEEvent, encode
-from portcullis.adapters.protocols.translators.converse_blocks import CONVERSE, SAME_STOP_REASONS, DocumentNames, to_converse_content, to_converse_system
+from portcullis.adapters.protocols.translators.converse_blocks import (
+    CONVERSE,
+    SAME_STOP_REASONS,
+    DocumentNames,
+    each_turn,
+    to_converse_content,
+    to_converse_system,
+)
 from portcullis.adapters.protocols.translators.converse_tools import to_converse_tool_choice, to_converse_tools
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 from portcullis.engine.plan import Target
@@ -55,17 +62,9 @@ def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> di
 
 
 def _turns(messages: Any, documents: DocumentNames) -> list[dict[str, Any]]:
-    if not isinstance(messages, list):
-        raise invalid("messages: expected an array")
     turns: list[dict[str, Any]] = []
-    for i, message in enumerate(messages):
-        where = f"messages[{client_index(messages, i)}]"
-        if not isinstance(message, dict):
-            raise invalid(f"{where}: expected an object")
-        role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise invalid(f"{where}.role: {excerpt(role)} cannot be converted for {CONVERSE}")
-        content = to_converse_content(message.get("content"), f"{where}.content", documents)
+    for role, blocks, where in each_turn(messages, CONVERSE):
+        content = to_converse_content(blocks, f"{where}.content", documents)
         # Messages merges consecutive turns of one role; Converse wants them alternating.
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(content)
