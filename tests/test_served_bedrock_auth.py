@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
-import boto3
 import botocore.config
 import botocore.exceptions
 import httpx
@@ -21,6 +20,7 @@ from botocore.credentials import Credentials
 
 from tests.bedrock_helpers import SEAL_ENV, SIGV4, cli, issue
 from tests.conftest import Fakes, GatewayProcess
+from tests.sigv4_helpers import bedrock_client
 
 pytestmark = pytest.mark.served
 
@@ -95,14 +95,7 @@ def test_without_a_seal_key_sigv4_is_refused_and_bearer_keys_work(fresh_gateway:
 
 
 def bedrock(gateway: GatewayProcess, credential: tuple[str, str]) -> Any:
-    return boto3.client(
-        "bedrock-runtime",
-        region_name="eu-west-1",
-        endpoint_url=gateway.url,
-        aws_access_key_id=credential[0],
-        aws_secret_access_key=credential[1],
-        config=botocore.config.Config(retries={"max_attempts": 1}),
-    )
+    return bedrock_client(gateway.url, credential, "eu-west-1")
 
 
 CONVERSE = {"messages": [{"role": "user", "content": [{"text": "Hi"}]}], "inferenceConfig": {"maxTokens": 8}}

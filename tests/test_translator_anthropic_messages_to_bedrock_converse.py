@@ -18,7 +18,9 @@ from portcullis.adapters.protocols.translators import openai_chat_to_anthropic_m
 from portcullis.adapters.protocols.translators.composed import Composed
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.plan import Target
-from tests.converse_translator_helpers import assert_valid_converse_request, converse_events, converted, sdk_message, sdk_stream
+from tests.anthropic_sdk import sdk_message, sdk_stream
+from tests.bedrock_streams import converse_events, converted
+from tests.botocore_bedrock import assert_valid_converse_request
 
 TARGET = Target("claude-sonnet-4-5", "bedrock", "anthropic.claude-sonnet-4-5-20250929-v1:0", "us-east-1", 1, 200000, 64000, ("tools",))
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
@@ -29,7 +31,7 @@ TOOL = {"name": "weather", "description": "Weather for a city", "input_schema": 
 def convert(stream: bool = False, **body: Any) -> dict[str, Any]:
     document = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **body}
     out = translator.convert_request(document, TARGET, stream)
-    assert_valid_converse_request(out, "ConverseStream" if stream else "Converse")
+    assert_valid_converse_request(out, stream)
     return out
 
 
@@ -340,7 +342,7 @@ def test_a_chat_client_composes_through_messages_to_converse() -> None:
     composed = Composed(openai_chat_to_anthropic_messages, translator, SSE_FRAMING)
     chat = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}], "max_tokens": 7, "stream": True}
     body = composed.convert_request(chat, TARGET, stream=True)
-    assert_valid_converse_request(body, "ConverseStream")
+    assert_valid_converse_request(body, stream=True)
     assert body == {"messages": [{"role": "user", "content": [{"text": "hi"}]}], "system": [{"text": "s"}], "inferenceConfig": {"maxTokens": 7}}
     frames = [
         event_frame("messageStart", {"role": "assistant"}),

@@ -7,17 +7,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
-import httpx2
-
 from portcullis.adapters.protocols import anthropic_messages, bedrock_invoke, openai_chat
-from portcullis.adapters.protocols.eventstream import INVOKE_FRAMING
 from portcullis.adapters.protocols.registry import route
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.protocols.sse import SSEParser, event_of
 from portcullis.adapters.protocols.translators import anthropic_messages_to_bedrock_invoke as translator
 from portcullis.engine.plan import Target
-from tests.invoke_helpers import ANTHROPIC_EVENTS, anthropic_sdk_stream, chunk_frames
+from tests.anthropic_sdk import sdk_message, sdk_stream_events
+from tests.bedrock_streams import ANTHROPIC_EVENTS, TOOL_USE_EVENTS, converted, unwrapped
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 TARGET = Target("claude-sonnet-4-5", "bedrock-usw2", MODEL, "us-west-2", 1, 200000, 64000, ("tools", "streaming"))
@@ -87,14 +84,6 @@ def test_a_chat_client_reaches_invoke_through_messages() -> None:
     }
 
 
-def _sdk_message(document: dict[str, Any]) -> anthropic.types.Message:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, json=document)
-
-    client = anthropic.Anthropic(api_key="k", base_url="http://fake", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)), max_retries=0)
-    return client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
-
-
 def test_the_answer_is_bedrocks_without_its_metrics() -> None:
     answer = {
         "id": "msg_bdrk_1",
@@ -109,23 +98,21 @@ def test_the_answer_is_bedrocks_without_its_metrics() -> None:
     }
     converted = translator.convert_response(answer, 0)
     assert list(converted) == list(answer)[:-1]
-    message = _sdk_message(converted)
+    message = sdk_message(converted)
     assert message.content[0].text == "Hello" and message.usage.output_tokens == 1
 
 
-def _translated(frames: list[bytes]) -> bytes:
-    converter = translator.StreamConverter(True, 0)
-    parser = INVOKE_FRAMING.Parser()
-    out = [chunk for frame in frames for event in parser.feed(frame) for chunk in converter.feed(event)]
-    return b"".join(out + converter.finish())
+def _translated(events: list[dict[str, Any]]) -> bytes:
+    """The Messages stream a Bedrock stream of ``events`` (in chunk frames) becomes."""
+    return converted(translator.StreamConverter(True, 0), unwrapped(events))
 
 
 def test_the_stream_is_the_unwrapped_events_as_server_sent_events() -> None:
     stop = {"type": "message_stop", "amazon-bedrock-invocationMetrics": METRICS}
-    raw = _translated(chunk_frames([*ANTHROPIC_EVENTS[:-1], stop]))
+    raw = _translated([*ANTHROPIC_EVENTS[:-1], stop])
     events = SSEParser().feed(raw)
     assert [(e.event, json.loads(e.data)) for e in events] == [(e["type"], e) for e in ANTHROPIC_EVENTS]
-    sdk_events, message = anthropic_sdk_stream(raw)
+    sdk_events, message = sdk_stream_events(raw)
     assert [e.type for e in sdk_events if e.type == "text"] == ["text", "text"]
     assert message.content[0].text == "Hello" and message.stop_reason == "end_turn"
     assert (message.usage.input_tokens, message.usage.output_tokens, message.usage.cache_read_input_tokens) == (12, 7, 4)
@@ -140,14 +127,6 @@ def test_an_event_a_guard_rewrote_goes_out_as_its_new_text() -> None:
 
 
 def test_a_tool_use_stream_reaches_the_sdk_whole() -> None:
-    tool = [
-        ANTHROPIC_EVENTS[0],
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"path": "/tmp'}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '/a"}'}},
-        {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 9}},
-        {"type": "message_stop", "amazon-bedrock-invocationMetrics": METRICS},
-    ]
-    _, message = anthropic_sdk_stream(_translated(chunk_frames(tool)))
+    tool = [*TOOL_USE_EVENTS[:-1], {"type": "message_stop", "amazon-bedrock-invocationMetrics": METRICS}]
+    _, message = sdk_stream_events(_translated(tool))
     assert message.stop_reason == "tool_use" and message.content[0].input == {"path": "/tmp/a"}

@@ -6,21 +6,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
-import httpx2
 import pytest
-from anthropic.types import Message, RawMessageStreamEvent
-from pydantic import TypeAdapter
+from anthropic.types import Message
 
 from portcullis.adapters.protocols.sse import SSEParser
 from portcullis.adapters.protocols.translators import anthropic_messages_to_openai_responses as translator
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.plan import Target
+from tests.anthropic_sdk import sdk_message, sdk_stream
 from tests.fakes import openai_responses as fake
 from tests.fakes.behaviours import Reply, ToolCall
+from tests.translator_helpers import translated_stream
 
 TARGET = Target("gpt-5", "openai", "gpt-5-2025-08-07", "us-east-1", 1, 400000, 128000, ("tools",))
-_EVENT = TypeAdapter(RawMessageStreamEvent)
 PAYLOAD = {"model": "gpt-5", "input": []}
 
 
@@ -29,31 +27,9 @@ def convert(**body: Any) -> dict[str, Any]:
     return translator.convert_request(document, TARGET, bool(document.get("stream")))
 
 
-def _client(body: bytes, content_type: str) -> anthropic.Anthropic:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, content=body, headers={"content-type": content_type})
-
-    return anthropic.Anthropic(api_key="k", base_url="http://fake", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)), max_retries=0)
-
-
-def sdk_message(document: dict[str, Any]) -> Message:
-    Message.model_validate(document)
-    return _client(json.dumps(document).encode(), "application/json").messages.create(model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}])
-
-
-def sdk_stream(upstream: list[bytes]) -> tuple[list[str], Message]:
-    """The translated stream, each event valid as the SDK declares it, then accumulated by
-    ``client.messages.stream``."""
-    converter = translator.StreamConverter(True, 5)
-    raw = b"".join(b"".join(converter.feed(event)) for event in SSEParser().feed(b"".join(upstream))) + b"".join(converter.finish())
-    kinds = []
-    for event in SSEParser().feed(raw):
-        data = json.loads(event.data)
-        assert event.event == data["type"]
-        _EVENT.validate_python(data)
-        kinds.append(data["type"])
-    with _client(raw, "text/event-stream").messages.stream(model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}]) as stream:
-        return kinds, stream.get_final_message()
+def stream(upstream: list[bytes]) -> tuple[list[str], Message]:
+    """The translated stream as the ``anthropic`` SDK reads it."""
+    return sdk_stream(translated_stream(translator.StreamConverter(True, 5), upstream))
 
 
 def test_system_sampling_stream_and_cost_only_hints() -> None:
@@ -233,7 +209,7 @@ def test_stream_of_reasoning_text_and_tool_calls_accumulates_in_the_sdk() -> Non
         output_tokens=9,
         reasoning="hmm",
     )
-    kinds, message = sdk_stream(fake.events("resp_s1", PAYLOAD, fake.output_items(reply, PAYLOAD), reply))
+    kinds, message = stream(fake.events("resp_s1", PAYLOAD, fake.output_items(reply, PAYLOAD), reply))
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     assert kinds.count("content_block_start") == 3 == kinds.count("content_block_stop")
     assert message.id == "msg_s1" and message.stop_reason == "tool_use"
@@ -250,7 +226,7 @@ def test_stream_cut_by_the_output_limit_and_done_only_text() -> None:
     last = json.loads(SSEParser().feed(upstream[-1])[0].data)
     last.update(type="response.incomplete", response={**last["response"], "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}})
     upstream[-1] = f"event: response.incomplete\ndata: {json.dumps(last)}\n\n".encode()
-    _, message = sdk_stream(upstream)
+    _, message = stream(upstream)
     assert message.content[0].text == "partial" and message.stop_reason == "max_tokens"
 
 
@@ -265,5 +241,5 @@ def test_stream_of_a_custom_tool_call_is_an_upstream_error() -> None:
 def test_finish_closes_what_the_provider_left_open() -> None:
     reply = Reply(text="abc")
     upstream = fake.events("resp_f", PAYLOAD, fake.output_items(reply, PAYLOAD), reply)[:5]  # created, in_progress, item, part, first delta
-    kinds, message = sdk_stream(upstream)
+    kinds, message = stream(upstream)
     assert message.content[0].text == "a" and message.stop_reason == "end_turn" and kinds[-1] == "message_stop"

@@ -5,6 +5,7 @@ own parsers for ``converse`` and ``converse_stream``."""
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from portcullis.adapters.protocols.translators import anthropic_messages_to_bedr
 from portcullis.adapters.protocols.translators import bedrock_converse_to_anthropic_messages as translator
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.plan import Target
-from tests.converse_translator_helpers import boto3_body, boto3_converse, boto3_converse_stream, converse_events, converted, sdk_message, sdk_stream
+from tests.anthropic_sdk import sdk_message, sdk_stream
+from tests.bedrock_streams import converse_events, converted
+from tests.botocore_bedrock import MODEL_ID, boto3_body, boto3_converse, boto3_converse_stream
 
 TARGET = Target("claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5-20250929", "us-east-1", 1, 200000, 64000, ("tools",))
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -27,7 +30,7 @@ _PARAMS = TypeAdapter(MessageCreateParamsStreaming)
 
 
 def convert(params: dict[str, Any], stream: bool = False) -> dict[str, Any]:
-    body = boto3_body("ConverseStream" if stream else "Converse", {"messages": [{"role": "user", "content": [{"text": "hi"}]}], **params})
+    body = json.loads(boto3_body({"modelId": MODEL_ID, "messages": [{"role": "user", "content": [{"text": "hi"}]}], **params}, stream)[0])
     out = translator.convert_request(body, TARGET, stream)
     _PARAMS.validate_python({**out, "stream": True})  # the anthropic SDK's own request type
     return out

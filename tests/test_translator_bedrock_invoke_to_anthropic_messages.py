@@ -20,7 +20,9 @@ from portcullis.adapters.protocols.request import DEFAULT_LIMITS, ParsedRequest
 from portcullis.adapters.protocols.sse import SSEParser, encode
 from portcullis.adapters.protocols.translators import bedrock_invoke_to_anthropic_messages as translator
 from portcullis.engine.plan import Target
-from tests.invoke_helpers import ANTHROPIC_EVENTS, bedrock_sdk_stream, boto3_events, boto3_stream
+from tests.anthropic_sdk import bedrock_sdk_stream
+from tests.bedrock_streams import ANTHROPIC_EVENTS, TOOL_USE_EVENTS, converted
+from tests.botocore_bedrock import boto3_invoke_events, boto3_invoke_stream
 
 TARGET = Target("claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5-20250929", "us-east-1", 3, 200000, 64000, ("tools", "streaming"))
 PATH_MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -115,16 +117,14 @@ def _sse(events: list[dict[str, Any]], ping: bool = True) -> list[bytes]:
 
 
 def _translated(upstream: list[bytes]) -> bytes:
-    converter = translator.StreamConverter(True, 0)
-    out = [chunk for event in SSEParser().feed(b"".join(upstream)) for chunk in converter.feed(event)]
-    return b"".join(out + converter.finish())
+    return converted(translator.StreamConverter(True, 0), SSEParser().feed(b"".join(upstream)))
 
 
 def test_the_stream_is_chunk_frames_boto3_reads_with_the_metrics_last() -> None:
     raw = _translated(_sse(ANTHROPIC_EVENTS))
-    parts = boto3_stream(raw)  # botocore checks each frame's CRCs
+    parts = boto3_invoke_stream(raw)  # botocore checks each frame's CRCs
     assert all(set(part) == {"chunk"} for part in parts)
-    events = boto3_events(raw)
+    events = boto3_invoke_events(raw)
     assert [e["type"] for e in events] == [e["type"] for e in ANTHROPIC_EVENTS]  # Bedrock sends no ping
     assert events[:-1] == ANTHROPIC_EVENTS[:-1]
     assert events[-1] == {
@@ -142,16 +142,7 @@ def test_the_stream_is_what_anthropic_bedrock_streams() -> None:
 
 
 def test_a_tool_use_stream_reaches_anthropic_bedrock_whole() -> None:
-    tool = [
-        ANTHROPIC_EVENTS[0],
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"path": "/tmp'}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '/a"}'}},
-        {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 9}},
-        {"type": "message_stop"},
-    ]
-    _, message = bedrock_sdk_stream(_translated(_sse(tool, ping=False)))
+    _, message = bedrock_sdk_stream(_translated(_sse(TOOL_USE_EVENTS, ping=False)))
     assert message.stop_reason == "tool_use" and message.content[0].input == {"path": "/tmp/a"} and message.usage.output_tokens == 9
 
 
@@ -175,7 +166,7 @@ def test_a_boto3_client_reaches_a_chat_provider_through_messages() -> None:
     converter = served.stream_converter(_request(CLIENT_BODY, stream=True), 0)
     out = [c for event in SSEParser().feed(b"".join(upstream)) for c in converter.feed(event)]
     raw = b"".join(out + converter.finish())
-    events = boto3_events(raw)
+    events = boto3_invoke_events(raw)
     assert events[-1]["amazon-bedrock-invocationMetrics"] == {"inputTokenCount": 7, "outputTokenCount": 3}
     _, message = bedrock_sdk_stream(raw)
     assert message.content[0].text == "Hello" and message.usage.output_tokens == 3

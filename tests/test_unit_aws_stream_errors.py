@@ -4,16 +4,13 @@ alike: botocore gives a type the operation's event union does not declare neithe
 
 from __future__ import annotations
 
-import botocore.session
 import pytest
 from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import EventStreamError
 
 from portcullis.adapters.protocols.aws_errors import stream_error
 from portcullis.engine.errors import ErrorKind, GatewayError
-from tests.converse_helpers import boto3_stream
-
-_MODEL = botocore.session.get_session().get_service_model("bedrock-runtime")
+from tests.botocore_bedrock import MODEL, boto3_converse_stream
 
 
 @pytest.mark.parametrize("kind", list(ErrorKind))
@@ -23,9 +20,9 @@ def test_every_kind_ends_a_stream_in_a_declared_exception(kind: ErrorKind) -> No
     buffer.add_data(frame)
     declared = next(buffer).headers[":exception-type"]
     for union in ("ConverseStreamOutput", "ResponseStream"):
-        assert _MODEL.shape_for(union).members[declared].metadata.get("exception")
+        assert MODEL.shape_for(union).members[declared].metadata.get("exception")
     with pytest.raises(EventStreamError) as raised:
-        boto3_stream(frame)
+        boto3_converse_stream(frame)
     assert raised.value.response["Error"] == {"Code": declared, "Message": "the gateway's reason"}
 
 

@@ -21,7 +21,8 @@ from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.plan import Target
 from portcullis.engine.pricing import Usage
-from tests.converse_helpers import boto3_body, boto3_error, boto3_stream, parsed, shape_errors
+from tests.bedrock_streams import parsed
+from tests.botocore_bedrock import boto3_body, boto3_converse_stream, boto3_error, shape_errors
 
 MODEL_ID = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 CONVERSE = {"model": MODEL_ID, "action": "converse"}
@@ -204,6 +205,7 @@ def test_unknown_top_level_members_pass_through_to_the_provider() -> None:
 def test_the_model_comes_from_the_path_and_is_bounded() -> None:
     assert refusal(hello(), {"action": "converse"}).message == "modelId: the path names no model"
     assert "longer than 2048" in refusal(hello(), {"model": "m" * 2049, "action": "converse"}).message
+    assert refusal(hello(), {"model": "anthropic.claude\n", "action": "converse"}).message == "modelId: contains characters no model id has"
     assert parse(hello(), {"model": "m" * 2048, "action": "converse"}).model == "m" * 2048
 
 
@@ -227,7 +229,7 @@ def test_a_refusal_is_an_error_boto3_reads_by_type_and_message() -> None:
     assert json.loads(body) == {"message": error.message}
     read = boto3_error(body, headers)
     assert read["Error"]["Code"] == "ValidationException" and read["Error"]["Message"] == error.message
-    assert read["RequestId"] == "req-1"
+    assert read["ResponseMetadata"]["RequestId"] == "req-1"
     limited = GatewayError(ErrorKind.RATE_LIMITED, "slow down", code="rate_limited")
     assert boto3_error(wire.error_body(limited, "r"), wire.error_headers(limited, "r"), 429)["Error"]["Code"] == "ThrottlingException"
 
@@ -239,7 +241,7 @@ def test_a_stream_error_is_an_exception_frame_boto3_raises() -> None:
     message = next(buffer)
     assert message.headers[":message-type"] == "exception" and message.headers[":exception-type"] == "modelStreamErrorException"
     with pytest.raises(EventStreamError) as raised:
-        boto3_stream(frame)
+        boto3_converse_stream(frame)
     assert raised.value.response["Error"] == {"Code": "modelStreamErrorException", "Message": "the provider failed"}
     (event,) = PROTOCOL.wire.FRAMING.Parser().feed(frame)
     assert wire.is_error_event(event) and not wire.is_error_event(SSEEvent("messageStop", "{}", b""))
@@ -342,7 +344,7 @@ def test_a_same_protocol_stream_goes_to_the_client_as_the_providers_bytes() -> N
     sent = b"".join(chunk for event in events for chunk in converter.feed(event))
     assert all(isinstance(event, FramedEvent) for event in events)
     assert sent == b"".join(event.raw for event in events)
-    assert [next(iter(event)) for event in boto3_stream(sent)] == [name for name, _ in STREAM_EVENTS]
+    assert [next(iter(event)) for event in boto3_converse_stream(sent)] == [name for name, _ in STREAM_EVENTS]
 
 
 def test_the_policys_guardrail_replaces_the_clients_in_the_body() -> None:

@@ -15,7 +15,8 @@ from portcullis.adapters.protocols.sse import event_of
 from portcullis.adapters.protocols.text import ALL_CHANNELS, MAX_HELD_TOOL_CALL_BYTES, PROVIDER_RUN, ToolCall
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import OTHER, SIGNED
-from tests.converse_helpers import MODEL, boto3_body, boto3_stream, on_the_wire, parsed, payloads, shape_errors
+from tests.bedrock_streams import on_the_wire, parsed, payloads
+from tests.botocore_bedrock import MODEL, boto3_body, boto3_converse_stream, shape_errors
 from tests.test_unit_bedrock_converse import EVERY_BLOCK, MODEL_ID
 
 # Members whose strings are names, enums or binary data, not text a marker replaces.
@@ -227,7 +228,7 @@ def test_an_allowed_streamed_call_is_held_whole_then_released_as_received() -> N
 def test_a_denied_streamed_call_becomes_a_text_block_boto3_reads() -> None:
     stream = converse_stream(call_events(1, "shell", ['{"cmd": "rm', ' -rf /"}']))
     out, _ = run(stream, lambda call: "shell is not allowed")
-    events = boto3_stream(on_the_wire(out))
+    events = boto3_converse_stream(on_the_wire(out))
     names = [next(iter(event)) for event in events]
     assert names == ["messageStart", DELTA, "contentBlockStop", DELTA, "contentBlockStop", "messageStop", "metadata"]
     denial = events[3][DELTA]
@@ -294,4 +295,4 @@ def test_a_delta_changed_in_place_is_framed_again_and_read_by_boto3() -> None:
     (piece,) = surfaces.stream_texts(document)
     piece.holder[piece.key] = "call [PHONE_1]"
     rewritten = event_of(document, event.event)  # as a guard releases an event it changed
-    assert boto3_stream(on_the_wire([rewritten])) == [{DELTA: {"delta": {"text": "call [PHONE_1]"}, "contentBlockIndex": 0}}]
+    assert boto3_converse_stream(on_the_wire([rewritten])) == [{DELTA: {"delta": {"text": "call [PHONE_1]"}, "contentBlockIndex": 0}}]

@@ -16,11 +16,11 @@ from portcullis.adapters.protocols.anthropic_messages import wire as messages_wi
 from portcullis.adapters.protocols.bedrock_invoke import PROTOCOL, wire
 from portcullis.adapters.protocols.eventstream import INVOKE_FRAMING, exception_frame
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS, ParsedRequest
-from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.text import ToolCall
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.pricing import Usage
-from tests.invoke_helpers import ANTHROPIC_EVENTS, boto3_error, boto3_events, boto3_stream, chunk_frames
+from tests.bedrock_streams import ANTHROPIC_EVENTS, TOOL_USE_EVENTS, chunk_frames, unwrapped
+from tests.botocore_bedrock import boto3_error, boto3_invoke_events, boto3_invoke_stream
 
 MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
 ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -199,24 +199,8 @@ def test_surfaces_read_and_insert_into_an_invoke_body() -> None:
     assert PROTOCOL.surfaces.leading_instructions(body) == "policy"
 
 
-def _unwrapped(events: list[dict[str, Any]]) -> list[SSEEvent]:
-    parser = INVOKE_FRAMING.Parser()
-    return [event for frame in chunk_frames(events) for event in parser.feed(frame)] + parser.close()
-
-
-TOOL_EVENTS = [
-    ANTHROPIC_EVENTS[0],
-    {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "tu_1", "name": "delete_all", "input": {}}},
-    {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"path": '}},
-    {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '"/"}'}},
-    {"type": "content_block_stop", "index": 0},
-    {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
-    {"type": "message_stop"},
-]
-
-
 def test_unwrapped_stream_events_are_messages_events_to_the_surfaces() -> None:
-    events = _unwrapped(ANTHROPIC_EVENTS)
+    events = unwrapped(ANTHROPIC_EVENTS)
     assert [e.event for e in events] == [e["type"] for e in ANTHROPIC_EVENTS]
     texts = [t for e in events for t in PROTOCOL.surfaces.stream_texts(e.json())]
     assert "".join(t.holder[t.key] for t in texts) == "Hello"
@@ -230,11 +214,11 @@ def test_a_denied_tool_call_in_an_invoke_stream_is_reframed_as_a_chunk() -> None
         return "not allowed"
 
     held = PROTOCOL.tools.ToolCallStream(judge)
-    out = [e for event in _unwrapped(TOOL_EVENTS) for e in held.feed(event)] + held.finish()
-    assert judged[0].name == "delete_all" and judged[0].arguments == {"path": "/"}
-    received = boto3_events(b"".join(INVOKE_FRAMING.frame(e) for e in out))
+    out = [e for event in unwrapped(TOOL_USE_EVENTS) for e in held.feed(event)] + held.finish()
+    assert judged[0].name == "read" and judged[0].arguments == {"path": "/tmp/a"}
+    received = boto3_invoke_events(b"".join(INVOKE_FRAMING.frame(e) for e in out))
     assert [e["type"] for e in received][1:4] == ["content_block_start", "content_block_delta", "content_block_stop"]
-    assert received[1]["content_block"]["type"] == "text" and "delete_all" in received[2]["delta"]["text"]
+    assert received[1]["content_block"]["type"] == "text" and "tool `read`" in received[2]["delta"]["text"]
     assert received[4]["delta"]["stop_reason"] == "end_turn"
 
 
@@ -258,7 +242,7 @@ def test_usage_from_the_answer_else_the_invocation_metrics() -> None:
 
 def _metered(events: list[dict[str, Any]]) -> Any:
     meter = wire.StreamUsage()
-    for event in _unwrapped(events):
+    for event in unwrapped(events):
         meter.feed(event)
     return meter
 
@@ -290,9 +274,9 @@ def test_error_events_are_exception_frames_and_messages_errors() -> None:
     parser = INVOKE_FRAMING.Parser()
     (exception,) = parser.feed(exception_frame("throttlingException", "slow down"))
     assert wire.is_error_event(exception)
-    (error,) = _unwrapped([{"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}])
+    (error,) = unwrapped([{"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}])
     assert wire.is_error_event(error)
-    assert not any(wire.is_error_event(e) for e in _unwrapped(ANTHROPIC_EVENTS))
+    assert not any(wire.is_error_event(e) for e in unwrapped(ANTHROPIC_EVENTS))
 
 
 @pytest.mark.parametrize(
@@ -301,7 +285,7 @@ def test_error_events_are_exception_frames_and_messages_errors() -> None:
 )
 def test_errors_are_what_boto3_reads(kind: ErrorKind, code: str) -> None:
     error = GatewayError(kind, "max_tokens: field required")
-    parsed = boto3_error(kind.status, wire.error_headers(error, "req-1"), wire.error_body(error, "req-1"))
+    parsed = boto3_error(wire.error_body(error, "req-1"), wire.error_headers(error, "req-1"), kind.status)
     assert parsed["Error"] == {"Code": code, "Message": "max_tokens: field required"}
     assert parsed["ResponseMetadata"]["RequestId"] == "req-1"
 
@@ -309,7 +293,7 @@ def test_errors_are_what_boto3_reads(kind: ErrorKind, code: str) -> None:
 def test_a_stream_error_ends_the_stream_as_boto3_raises_it() -> None:
     raw = b"".join(chunk_frames(ANTHROPIC_EVENTS[:2])) + wire.stream_error(GatewayError(ErrorKind.UPSTREAM, "the provider failed mid-stream"))
     with pytest.raises(BotoEventStreamError) as raised:
-        boto3_stream(raw)
+        boto3_invoke_stream(raw)
     assert raised.value.response["Error"] == {"Code": "modelStreamErrorException", "Message": "the provider failed mid-stream"}
 
 

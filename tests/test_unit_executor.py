@@ -32,6 +32,7 @@ from portcullis.adapters.providers.mock import MockResponse
 from portcullis.engine.activation import activate
 from portcullis.engine.bundle import parse_bundle, read_bundle_files
 from portcullis.engine.errors import ErrorKind, GatewayError
+from tests.asgi_requests import arrived_request
 from tests.bundles import write_bundle
 
 NOW = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
@@ -178,18 +179,9 @@ class Harness:
 
 
 def http_request(body: bytes) -> Request:
-    sent = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     scope = {"type": "http", "method": "POST", "path": "/v1/messages", "query_string": b"", "headers": headers, "client": ("127.0.0.1", 1)}
-    return Request(scope, receive)
+    return arrived_request(scope, body)
 
 
 def test_steps_admit_in_order_and_every_admitted_step_settles_after_the_guards(tmp_path: Path, bundle: Any) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from portcullis.adapters.integrity.answers import ToolCallGuard
+from portcullis.adapters.protocols import held_tool_blocks
 from portcullis.adapters.protocols.anthropic_messages import PROTOCOL as anthropic_messages
 from portcullis.adapters.protocols.openai_chat import PROTOCOL as openai_chat
 from portcullis.adapters.protocols.openai_responses import PROTOCOL as openai_responses
@@ -40,7 +41,7 @@ def test_anthropic_allowed_call_passes_byte_for_byte() -> None:
 
 
 def test_anthropic_call_too_large_to_hold_is_denied_and_its_rest_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(anthropic_messages.tools, "MAX_HELD_TOOL_CALL_BYTES", 300)
+    monkeypatch.setattr(held_tool_blocks, "MAX_HELD_TOOL_CALL_BYTES", 300)  # the cap the Messages stream holds to
     out = run(ToolCallGuard(anthropic_messages, deny_bash), anthropic_tool_stream("read_file", json.dumps({"path": "x" * 2000}), pieces=20))
     documents = [e.json() for e in out]
     assert "too large for the gateway to inspect" in json.dumps(documents)

@@ -27,6 +27,8 @@ from portcullis.adapters.config import StoreConfig
 from portcullis.adapters.protocols import aws_errors
 from portcullis.adapters.store import Store, open_store
 from portcullis.engine.errors import ErrorKind, GatewayError
+from tests.asgi_requests import arrived_request
+from tests.sigv4_helpers import embedded_store
 
 HOST = "127.0.0.1:8080"
 MODEL_PATH = "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse"
@@ -59,9 +61,7 @@ class Gateway:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    opened = asyncio.run(open_store(StoreConfig(kind="embedded", path=tmp_path / "keys.db"), max_failures=1000, window=60))
-    yield opened
-    asyncio.run(opened.close())
+    yield from embedded_store(tmp_path)
 
 
 @pytest.fixture
@@ -107,16 +107,7 @@ def arrived(signed: AWSRequest, body: bytes | None = None, path: str | None = No
         "headers": [(name.encode(), str(value).encode()) for name, value in sent.items()],
         "client": ("10.1.2.3", 40000),
     }
-    delivered = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if delivered:
-            return {"type": "http.disconnect"}
-        delivered = True
-        return {"type": "http.request", "body": payload, "more_body": False}
-
-    return Request(scope, receive)
+    return arrived_request(scope, payload)
 
 
 # --- what verifies ---------------------------------------------------------------------

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import boto3
 import botocore.config
 import botocore.exceptions
 import pytest
@@ -26,11 +25,11 @@ from starlette.routing import Route
 
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.aws_credentials import SealKeys, create_aws_credential
-from portcullis.adapters.config import StoreConfig
 from portcullis.adapters.protocols import aws_errors
-from portcullis.adapters.store import Store, open_store
+from portcullis.adapters.store import Store
 from portcullis.engine.errors import GatewayError
 from tests.fakes import free_port
+from tests.sigv4_helpers import bedrock_client, embedded_store
 
 SEAL = SealKeys([b"k" * 32])
 ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-haiku-4-5-20251001-v1:0"
@@ -87,9 +86,7 @@ class Verifier:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    opened = asyncio.run(open_store(StoreConfig(kind="embedded", path=tmp_path / "keys.db"), max_failures=1000, window=60))
-    yield opened
-    asyncio.run(opened.close())
+    yield from embedded_store(tmp_path)
 
 
 @pytest.fixture
@@ -105,14 +102,7 @@ def verifier(store: Store) -> Iterator[Verifier]:
 
 
 def bedrock(verifier: Verifier, credential: tuple[str, str]) -> Any:
-    return boto3.client(
-        "bedrock-runtime",
-        region_name="eu-central-1",
-        endpoint_url=verifier.url,
-        aws_access_key_id=credential[0],
-        aws_secret_access_key=credential[1],
-        config=botocore.config.Config(retries={"max_attempts": 1}),
-    )
+    return bedrock_client(verifier.url, credential, "eu-central-1")
 
 
 MESSAGES = [{"role": "user", "content": [{"text": "hello"}]}]

@@ -114,6 +114,18 @@ def _refused(fake: FakeProvider, model: str, behaviour: Behaviour) -> Response |
     return None
 
 
+async def _turn(fake: FakeProvider, model: str, payload: dict[str, Any], guarded: bool) -> tuple[Behaviour, Reply, bool] | Response:
+    """The behaviour queued for ``model`` and the reply it makes, and whether a guardrail
+    intervened (an ``Intervene`` with a guardrail named: its message, no output); a
+    redirect or failure answers at once. Converse and InvokeModel decide alike."""
+    behaviour = fake.next_behaviour(model)
+    if (answer := _refused(fake, model, behaviour)) is not None:
+        return answer
+    if isinstance(behaviour, Intervene) and guarded:
+        return behaviour, Reply(text=behaviour.message, output_tokens=0), True
+    return behaviour, echoed(await reply_for(behaviour), payload), False
+
+
 # --- Converse ----------------------------------------------------------------------------
 
 
@@ -140,11 +152,10 @@ async def _converse(fake: FakeProvider, request: Request, stream: bool) -> Respo
     guardrail = payload.get("guardrailConfig")
     if guardrail is not None and not (isinstance(guardrail, dict) and guardrail.get("guardrailIdentifier") and guardrail.get("guardrailVersion")):
         return error(400, "A guardrail identifier and version are both required.")
-    behaviour = fake.next_behaviour(model)
-    if (answer := _refused(fake, model, behaviour)) is not None:
-        return answer
-    intervened = isinstance(behaviour, Intervene) and guardrail is not None
-    reply = Reply(text=behaviour.message, output_tokens=0) if intervened and isinstance(behaviour, Intervene) else echoed(await reply_for(behaviour), payload)
+    turn = await _turn(fake, model, payload, guarded=guardrail is not None)
+    if isinstance(turn, Response):
+        return turn
+    behaviour, reply, intervened = turn
     stop = "guardrail_intervened" if intervened else "tool_use" if reply.tool_calls else "end_turn"
     headers = {"x-amzn-requestid": str(uuid.uuid4())}
     if not stream:
@@ -227,11 +238,10 @@ async def _invoke(fake: FakeProvider, request: Request, stream: bool) -> Respons
     identifier, version = (request.headers.get(name) for name in GUARDRAIL_HEADERS)
     if identifier and not version:
         return error(400, "Guardrail version is required when a guardrail identifier is given.")
-    behaviour = fake.next_behaviour(model)
-    if (answer := _refused(fake, model, behaviour)) is not None:
-        return answer
-    intervened = isinstance(behaviour, Intervene) and identifier is not None
-    reply = Reply(text=behaviour.message, output_tokens=0) if intervened and isinstance(behaviour, Intervene) else echoed(await reply_for(behaviour), payload)
+    turn = await _turn(fake, model, payload, guarded=identifier is not None)
+    if isinstance(turn, Response):
+        return turn
+    behaviour, reply, intervened = turn
     extra = {"amazon-bedrock-guardrailAction": "INTERVENED" if intervened else "NONE"} if identifier else {}
     message_id = f"msg_bdrk_{uuid.uuid4().hex[:24]}"
     headers = {"x-amzn-requestid": str(uuid.uuid4())}

@@ -3,11 +3,12 @@ in a stream until each is whole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from portcullis.adapters.protocols.held_tool_blocks import HeldToolBlocks
 from portcullis.adapters.protocols.sse import SSEEvent, event_of
-from portcullis.adapters.protocols.text import MAX_HELD_TOOL_CALL_BYTES, TOO_LARGE_TO_INSPECT, ToolCall, denial_text, tool_call
+from portcullis.adapters.protocols.text import ToolCall, tool_call
 
 
 def answer_tool_calls(document: Mapping[str, Any]) -> list[tuple[int, ToolCall]]:
@@ -29,79 +30,45 @@ def deny_tool_calls(document: dict[str, Any], denials: Mapping[int, str]) -> Non
         document["stop_reason"] = "end_turn"
 
 
-class ToolCallStream:
+class ToolCallStream(HeldToolBlocks):
     """Holds each tool_use block's events until its content_block_stop, then releases
-    them, or a text block in its place when the judge denies the call."""
+    them, or a text block in its place when the judge denies the call. When every call
+    was denied, ``message_delta`` no longer asks for tools."""
 
-    def __init__(self, judge: Callable[[ToolCall], str | None]) -> None:
-        self._judge = judge
-        self._held: list[SSEEvent] = []
-        self._index: Any = None
-        self._start: dict[str, Any] = {}
-        self._parts: list[str] = []
-        self._size = 0
-        self._allowed = self._denied = 0
-        self._dropping: Any = None  # a block denied before its end: its remaining events go
+    DELTA = "content_block_delta"
+    STOP = "content_block_stop"
 
-    def feed(self, event: SSEEvent) -> list[SSEEvent]:
-        if self._held:
-            return self._holding(event)
-        if self._dropping is not None and event.event in ("content_block_delta", "content_block_stop") and event.json().get("index") == self._dropping:
-            if event.event == "content_block_stop":
-                self._dropping = None
-            return []
-        if event.event == "content_block_start":
-            document = event.json()
-            block = document.get("content_block")
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                self._held, self._index, self._start = [event], document.get("index"), block
-                self._parts, self._size = [], 0
-                return []
-        elif event.event == "message_delta" and self._denied and not self._allowed:
-            document = event.json()
-            delta = document.get("delta")
-            if isinstance(delta, dict) and delta.get("stop_reason") == "tool_use":
-                delta["stop_reason"] = "end_turn"
-                return [event_of(document, event.event)]
-        return [event]
+    def _block_index(self, event: SSEEvent) -> Any:
+        return event.json().get("index") if event.event in (self.DELTA, self.STOP) else None
 
-    def finish(self) -> list[SSEEvent]:
-        """A stream that ended inside a tool call: the call never completed, so it is
-        denied; what came after it that is not part of the block still goes out."""
-        if not self._held:
-            return []
-        held, index = self._held, self._index
-        out = self._decide("the call did not complete")
-        self._dropping = None
-        rest = [e for e in held[1:] if e.event not in ("content_block_delta", "content_block_stop") or e.json().get("index") != index]
-        return out + [out_event for e in rest for out_event in self.feed(e)]
+    def _call_start(self, event: SSEEvent) -> tuple[Any, Any, Any] | None:
+        if event.event != "content_block_start":
+            return None
+        document = event.json()
+        block = document.get("content_block")
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            return document.get("index"), block.get("name"), block.get("input")
+        return None
 
-    def _holding(self, event: SSEEvent) -> list[SSEEvent]:
-        self._held.append(event)
-        self._size += len(event.data)
-        if event.event == "content_block_delta":
-            delta = event.json().get("delta") or {}
-            if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-                self._parts.append(delta["partial_json"])
-        if event.event != "content_block_stop" or event.json().get("index") != self._index:
-            if self._size > MAX_HELD_TOOL_CALL_BYTES:
-                return self._decide(TOO_LARGE_TO_INSPECT)
-            return []
-        return self._decide(None)
+    def _input_piece(self, event: SSEEvent) -> str | None:
+        if event.event != self.DELTA:
+            return None
+        delta = event.json().get("delta") or {}
+        if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            return delta["partial_json"]
+        return None
 
-    def _decide(self, refused: str | None) -> list[SSEEvent]:
-        held, self._held = self._held, []
-        arguments = "".join(self._parts) if self._parts else self._start.get("input")
-        call = tool_call(self._start.get("name"), arguments)
-        reason = refused or self._judge(call)
-        if reason is None:
-            self._allowed += 1
-            return held
-        self._denied += 1
-        text = denial_text(call, reason)
-        index = self._index
-        if refused:  # decided before the block ended: the rest of it is dropped as it comes
-            self._dropping = index
+    def _without_tool_use(self, event: SSEEvent) -> SSEEvent | None:
+        if event.event != "message_delta":
+            return None
+        document = event.json()
+        delta = document.get("delta")
+        if isinstance(delta, dict) and delta.get("stop_reason") == "tool_use":
+            delta["stop_reason"] = "end_turn"
+            return event_of(document, event.event)
+        return None
+
+    def _text_block(self, index: Any, text: str) -> list[SSEEvent]:
         return [
             event_of({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}, "content_block_start"),
             event_of({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}, "content_block_delta"),

@@ -8,7 +8,6 @@ request itself, so this wire sends no key."""
 from __future__ import annotations
 
 import json
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +15,7 @@ from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.protocols import aws_errors
 from portcullis.adapters.protocols.bedrock_converse import validator
 from portcullis.adapters.protocols.bedrock_converse.surfaces import declared_tools
+from portcullis.adapters.protocols.bedrock_paths import model_path, path_model
 from portcullis.adapters.protocols.eventstream import CONVERSE_FRAMING, FramedEvent
 from portcullis.adapters.protocols.jsonbody import invalid, parse_json_object
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
@@ -28,17 +28,12 @@ NAME = "bedrock_converse"
 FRAMING = CONVERSE_FRAMING
 TOKEN_COUNT_EXACT = False  # Bedrock's models do not count as tiktoken does: input is bounded, not counted
 STREAM_ACTION = "converse-stream"
-MAX_MODEL_ID = 2048  # ConversationalModelId's own bound
 _THINKING_KEYS = ("thinking", "reasoning_config", "reasoningConfig")  # Anthropic's; Amazon Nova's
 
 
 def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: RequestLimits = DEFAULT_LIMITS, path: Mapping[str, str] = NO_PATH) -> ParsedRequest:
     body = parse_json_object(raw)
-    model = path.get("model") or ""
-    if not model:
-        raise invalid("modelId: the path names no model")
-    if len(model) > MAX_MODEL_ID:
-        raise invalid(f"modelId: longer than {MAX_MODEL_ID} characters")
+    model = path_model(path)
     stream = path.get("action") == STREAM_ACTION
     max_tokens = _max_tokens(body)
     needs = validator.validate(body, limits)
@@ -90,8 +85,7 @@ stream_error = aws_errors.stream_error
 
 
 def upstream_path(model: str, stream: bool) -> str:
-    # A model id or ARN is one path segment: ':' and '/' are percent-encoded.
-    return f"/model/{urllib.parse.quote(model, safe='')}/{STREAM_ACTION if stream else 'converse'}"
+    return model_path(model, STREAM_ACTION if stream else "converse")
 
 
 def require_guardrail(body: bytes, headers: dict[str, str], guardrail: Mapping[str, str]) -> bytes:

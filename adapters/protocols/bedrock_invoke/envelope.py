@@ -1,5 +1,5 @@
 """What an InvokeModel request for Claude has that a Messages request has not: the model
-named in the path, ``anthropic_version`` in the body and the beta features as a body
+named in the path (``bedrock_paths``), ``anthropic_version`` in the body and the beta features as a body
 list (``anthropic_beta``) where Anthropic reads an ``anthropic-beta`` header. Both
 translator pairs and the ingress parser read and write the envelope here."""
 
@@ -19,21 +19,8 @@ BETA_MEMBER = "anthropic_beta"
 BETA_HEADER = "anthropic-beta"
 # Members a Messages body has and an Invoke body must not: Bedrock refuses them (the path says both).
 MESSAGES_ONLY = ("model", "stream")
-MAX_MODEL_ID = 2048  # Bedrock's own limit on a modelId (ids, ARNs, inference profiles)
 # A beta name goes into an HTTP header when the provider is Anthropic: nothing that could break one.
 _BETA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def path_model(path: Mapping[str, str]) -> str:
-    """The model id (or ARN) the route's path names, refused when empty, too long or not text."""
-    model = path.get("model") or ""
-    if not model:
-        raise invalid("modelId: the path names no model")
-    if len(model) > MAX_MODEL_ID:
-        raise invalid(f"modelId: longer than {MAX_MODEL_ID} characters")
-    if not model.isprintable():
-        raise invalid("modelId: contains characters no model id has")
-    return model
 
 
 def check_envelope(body: Mapping[str, Any]) -> None:

@@ -12,13 +12,13 @@ import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.protocols import aws_errors
 from portcullis.adapters.protocols.anthropic_messages import wire as messages
 from portcullis.adapters.protocols.aws_errors import NO_TRACE
 from portcullis.adapters.protocols.bedrock_invoke import envelope
+from portcullis.adapters.protocols.bedrock_paths import model_path, path_model
 from portcullis.adapters.protocols.eventstream import INVOKE_FRAMING, FramedEvent
 from portcullis.adapters.protocols.jsonbody import invalid, parse_json_object
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
@@ -43,7 +43,7 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: Reque
     as a Messages body. Of the client's headers only its own guardrail goes on (to a
     Bedrock target, unless the policy requires another): the body's beta list stands in
     for the ``anthropic-beta`` header an Anthropic provider would read."""
-    model = envelope.path_model(path)
+    model = path_model(path)
     body = parse_json_object(raw)
     envelope.check_envelope(body)
     request = messages.messages_request(NAME, raw, body, model, limits, stream=path.get("action") == STREAM_ACTION)
@@ -77,8 +77,7 @@ stream_error = aws_errors.stream_error
 
 
 def upstream_path(model: str, stream: bool) -> str:
-    # Ids, ARNs and inference profiles alike: ':' and '/' are encoded so the id stays one segment.
-    return f"/model/{quote(model, safe='')}/{STREAM_ACTION if stream else 'invoke'}"
+    return model_path(model, STREAM_ACTION if stream else "invoke")
 
 
 def upstream_headers(api_key: str | None, forward: Mapping[str, str]) -> dict[str, str]:

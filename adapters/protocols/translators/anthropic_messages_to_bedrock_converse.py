@@ -18,9 +18,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from portcullis.adapters.protocols.jsonbody import client_index, invalid
+from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.sse import SSEEvent, encode
-from portcullis.adapters.protocols.translators.converse_blocks import CONVERSE, DocumentNames, to_converse_content, to_converse_system
+from portcullis.adapters.protocols.translators.converse_blocks import (
+    CONVERSE,
+    SAME_STOP_REASONS,
+    DocumentNames,
+    each_turn,
+    to_converse_content,
+    to_converse_system,
+)
 from portcullis.adapters.protocols.translators.converse_tools import to_converse_tool_choice, to_converse_tools
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 from portcullis.engine.plan import Target
@@ -30,15 +37,7 @@ TARGET = "bedrock_converse"
 _CONVERTED = {"model", "messages", "max_tokens", "system", "stream", "temperature", "top_p", "top_k", "stop_sequences", "tools", "tool_choice", "thinking"}
 _DROPPED = {"metadata"}
 _THINKING_TYPES = ("enabled", "adaptive")
-_STOP_REASONS = {
-    "end_turn": "end_turn",
-    "tool_use": "tool_use",
-    "max_tokens": "max_tokens",
-    "stop_sequence": "stop_sequence",
-    "model_context_window_exceeded": "model_context_window_exceeded",
-    "guardrail_intervened": "refusal",
-    "content_filtered": "refusal",
-}
+_STOP_REASONS = {**SAME_STOP_REASONS, "guardrail_intervened": "refusal", "content_filtered": "refusal"}
 _MALFORMED = ("malformed_model_output", "malformed_tool_use")
 
 
@@ -63,17 +62,9 @@ def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> di
 
 
 def _turns(messages: Any, documents: DocumentNames) -> list[dict[str, Any]]:
-    if not isinstance(messages, list):
-        raise invalid("messages: expected an array")
     turns: list[dict[str, Any]] = []
-    for i, message in enumerate(messages):
-        where = f"messages[{client_index(messages, i)}]"
-        if not isinstance(message, dict):
-            raise invalid(f"{where}: expected an object")
-        role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise invalid(f"{where}.role: {excerpt(role)} cannot be converted for {CONVERSE}")
-        content = to_converse_content(message.get("content"), f"{where}.content", documents)
+    for role, blocks, where in each_turn(messages, CONVERSE):
+        content = to_converse_content(blocks, f"{where}.content", documents)
         # Messages merges consecutive turns of one role; Converse wants them alternating.
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(content)

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from portcullis.adapters.protocols.eventstream import event_frame
-from portcullis.adapters.protocols.jsonbody import client_index, invalid
+from portcullis.adapters.protocols.jsonbody import invalid
 from portcullis.adapters.protocols.sse import SSEEvent
-from portcullis.adapters.protocols.translators.converse_blocks import MESSAGES, to_messages_content, to_messages_system
+from portcullis.adapters.protocols.translators.converse_blocks import MESSAGES, SAME_STOP_REASONS, each_turn, to_messages_content, to_messages_system
 from portcullis.adapters.protocols.translators.converse_tools import to_messages_tools
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 from portcullis.engine.plan import Target
@@ -36,15 +36,7 @@ _DROPPED = {"requestMetadata"}
 _NO_OP: dict[str, Any] = {"performanceConfig": {"latency": "standard"}, "serviceTier": {"type": "default"}}
 _INFERENCE = {"maxTokens": "max_tokens", "temperature": "temperature", "topP": "top_p", "stopSequences": "stop_sequences"}
 _ADDITIONAL = ("thinking", "top_k")
-_STOP_REASONS = {
-    "end_turn": "end_turn",
-    "tool_use": "tool_use",
-    "max_tokens": "max_tokens",
-    "stop_sequence": "stop_sequence",
-    "model_context_window_exceeded": "model_context_window_exceeded",
-    "refusal": "content_filtered",
-    "pause_turn": "end_turn",
-}
+_STOP_REASONS = {**SAME_STOP_REASONS, "refusal": "content_filtered", "pause_turn": "end_turn"}
 
 
 def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> dict[str, Any]:
@@ -74,18 +66,7 @@ def convert_request(body: Mapping[str, Any], target: Target, stream: bool) -> di
 
 
 def _turns(messages: Any) -> list[dict[str, Any]]:
-    if not isinstance(messages, list):
-        raise invalid("messages: expected an array")
-    turns = []
-    for i, message in enumerate(messages):
-        where = f"messages[{client_index(messages, i)}]"
-        if not isinstance(message, dict):
-            raise invalid(f"{where}: expected an object")
-        role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise invalid(f"{where}.role: {excerpt(role)} cannot be converted for {MESSAGES}")
-        turns.append({"role": role, "content": to_messages_content(message.get("content"), f"{where}.content")})
-    return turns
+    return [{"role": role, "content": to_messages_content(content, f"{where}.content")} for role, content, where in each_turn(messages, MESSAGES)]
 
 
 def _inference(config: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from portcullis.adapters.protocols.jsonbody import client_index, invalid
@@ -34,11 +34,28 @@ from portcullis.engine.errors import excerpt
 
 CONVERSE = "Bedrock Converse"
 MESSAGES = "Anthropic Messages"
+# The stop reasons both protocols name alike; each direction adds the ones they name apart.
+SAME_STOP_REASONS = {reason: reason for reason in ("end_turn", "tool_use", "max_tokens", "stop_sequence", "model_context_window_exceeded")}
 
 IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
 IMAGE_MEDIA_TYPES = {fmt: media for media, fmt in IMAGE_FORMATS.items()}
 _CACHE_TTLS = ("5m", "1h")
 _DOCUMENT_NAME = re.compile(r"[A-Za-z0-9()\[\]-]+( [A-Za-z0-9()\[\]-]+)*")
+
+
+def each_turn(messages: Any, target: str) -> Iterator[tuple[str, Any, str]]:
+    """Each message's role, content and field path. Both protocols' turns are a user or
+    assistant role with content, so both directions refuse the same malformed ones."""
+    if not isinstance(messages, list):
+        raise invalid("messages: expected an array")
+    for i, message in enumerate(messages):
+        where = f"messages[{client_index(messages, i)}]"
+        if not isinstance(message, dict):
+            raise invalid(f"{where}: expected an object")
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise invalid(f"{where}.role: {excerpt(role)} cannot be converted for {target}")
+        yield role, message.get("content"), where
 
 
 # --- Messages → Converse ---------------------------------------------------------------
