@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import botocore.exceptions
 import pytest
 
 from tests.bedrock_helpers import (
@@ -33,7 +34,7 @@ from tests.fakes import Fail, Intervene, Reply
 
 pytestmark = pytest.mark.served
 
-GUARDRAIL = {"identifier": "gr0a1b2c3d4e5", "version": "3", "trace": "enabled"}
+GUARDRAIL = {"identifier": "gr0a1b2c3d4e5", "version": "3"}
 
 
 def _tenants() -> dict[str, Any]:
@@ -90,10 +91,19 @@ def test_the_policys_guardrail_replaces_the_clients_in_converse(policed: Gateway
     own = {"guardrailIdentifier": "clientsown", "guardrailVersion": "1", "trace": "disabled"}
     answer = boto3_client(policed, issue(policed, team="guarded")).converse(modelId=SONNET_ID, guardrailConfig=own, **CONVERSE)
     (sent,) = bedrock.apne2.received
-    assert sent.json["guardrailConfig"] == {"guardrailIdentifier": "gr0a1b2c3d4e5", "guardrailVersion": "3", "trace": "enabled"}
+    assert sent.json["guardrailConfig"] == {"guardrailIdentifier": "gr0a1b2c3d4e5", "guardrailVersion": "3"}
     started = next(r for r in policed.records_for(_request_id(answer)) if r["event"] == "request_started")
     assert started["decision"]["guardrail"] == GUARDRAIL
     assert "guardrail_intervened" not in policed.outcome(_request_id(answer))
+
+
+def test_a_client_asking_for_a_guardrail_trace_is_told_why_not(policed: GatewayProcess, bedrock: BedrockFakes) -> None:
+    own = {"guardrailIdentifier": "clientsown", "guardrailVersion": "1", "trace": "enabled"}
+    with pytest.raises(botocore.exceptions.ClientError) as refused:
+        boto3_client(policed, issue(policed, team="guarded")).converse(modelId=SONNET_ID, guardrailConfig=own, **CONVERSE)
+    error = refused.value.response["Error"]
+    assert error["Code"] == "ValidationException" and "guardrailConfig.trace" in error["Message"]
+    assert bedrock.apne2.received == []
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -122,7 +132,7 @@ def test_a_guardrail_intervention_reaches_a_messages_client_through_invoke_model
     (sent,) = bedrock.apne2.received
     assert operations(bedrock.apne2) == ["invoke"]
     assert sent.headers["x-amzn-bedrock-guardrailidentifier"] == "gr0a1b2c3d4e5" and sent.headers["x-amzn-bedrock-guardrailversion"] == "3"
-    assert sent.headers["x-amzn-bedrock-trace"] == "ENABLED"
+    assert "x-amzn-bedrock-trace" not in sent.headers  # no trace: it would carry the unguarded output to the client
     assert policed.outcome(created.headers["x-portcullis-request-id"])["guardrail_intervened"] is True
 
 
