@@ -52,7 +52,7 @@ POLICY = {
 
 def agent_body(size: int) -> dict[str, Any]:
     """An agent turn of about ``size`` bytes: tool results (source files) behind a question."""
-    code = (ROOT / "adapters" / "gateway.py").read_text()
+    code = (ROOT / "adapters" / "executor.py").read_text()
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful coding agent."}, {"role": "user", "content": "Why does the build fail?"}]
     i = 0
     while sum(len(json.dumps(m)) for m in messages) < size:

@@ -43,7 +43,7 @@ PERSONAL = (
 def chat_body(size: int) -> dict[str, Any]:
     """A chat request of about ``size`` bytes: agent-style context (code, logs) with six
     personal values in the last message."""
-    code = (ROOT / "adapters" / "gateway.py").read_text()
+    code = (ROOT / "adapters" / "executor.py").read_text()
     filler = (code * (size // len(code) + 1))[: max(0, size - len(PERSONAL) - 200)]
     messages = [{"role": "system", "content": "You are a careful assistant."}]
     if filler:
