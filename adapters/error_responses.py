@@ -26,9 +26,11 @@ def error_headers(error: GatewayError, request_id: str | None) -> dict[str, str]
     return headers
 
 
-def error_response(body: bytes, error: GatewayError, request_id: str | None, headers: dict[str, str] | None = None) -> Response:
-    """``body`` is the refusal as the client's protocol renders it (``wire.error_body``)."""
-    return Response(body, error.kind.status, headers={**error_headers(error, request_id), **(headers or {})}, media_type="application/json")
+def error_response(body: bytes, error: GatewayError, request_id: str | None, headers: dict[str, str] | None = None, status: int | None = None) -> Response:
+    """``body`` is the refusal as the client's protocol renders it (``wire.error_body``);
+    ``status`` its own status where it differs from the kind's (``wire.error_status``)."""
+    headers = {**error_headers(error, request_id), **(headers or {})}
+    return Response(body, status or error.kind.status, headers=headers, media_type="application/json")
 
 
 _GENERIC_TYPES = {ErrorKind.NOT_FOUND: "not_found_error", ErrorKind.INTERNAL: "api_error", ErrorKind.UNAVAILABLE: "api_error"}

@@ -326,6 +326,8 @@ class Executor:
         return {**headers, **exchange.headers}
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:
-        log_request(exchange, error.kind.status, error.code or error.kind.name.lower())
         wire = exchange.protocol.wire
-        return error_response(wire.error_body(error, exchange.request_id), error, exchange.request_id, wire.error_headers(error, exchange.request_id))
+        status = wire.error_status(error)
+        log_request(exchange, status, error.code or error.kind.name.lower())
+        body, headers = wire.error_body(error, exchange.request_id), wire.error_headers(error, exchange.request_id)
+        return error_response(body, error, exchange.request_id, headers, status)

@@ -95,12 +95,12 @@ def route_error(request: Request, status: int, allowed: str | None = None) -> Re
 
 def protocol_error(family: str, error: GatewayError, request_id: str, headers: dict[str, str] | None = None) -> Response:
     """A refusal for a request no route of the gateway took, in its path's protocol."""
-    headers = dict(headers or {})
+    headers, status = dict(headers or {}), None
     if family == "anthropic":
         body = anthropic_messages.PROTOCOL.wire.error_body(error, request_id)
     elif family == "aws":
         headers.update(aws_errors.error_headers(error, request_id))
-        body = aws_errors.error_body(error, request_id)
+        body, status = aws_errors.error_body(error, request_id), aws_errors.error_status(error)
     elif family == "openai" and error.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED, ErrorKind.UPGRADE_REQUIRED):
         # Not a model: OpenAI's own code for these is none, so Portcullis's stands.
         body = json.dumps({"error": {"message": error.message, "type": "invalid_request_error", "param": None, "code": error.error_code}}).encode()
@@ -108,4 +108,4 @@ def protocol_error(family: str, error: GatewayError, request_id: str, headers: d
         body = openai_chat.PROTOCOL.wire.error_body(error, request_id)
     else:
         body = generic_error_body(error, request_id)
-    return error_response(body, error, request_id, headers)
+    return error_response(body, error, request_id, headers, status)

@@ -148,3 +148,11 @@ def test_anthropic_bedrock_signs_raw_colons_and_is_served(sigv4_gateway: Gateway
         client.messages.create(model=ARN, max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
     except anthropic.APIStatusError as error:
         assert error.response.headers.get("x-amzn-ErrorType") not in SIGNATURE_CODES
+
+
+def test_a_request_without_any_credential_gets_aws_403(sigv4_gateway: GatewayProcess) -> None:
+    """AWS answers a missing credential 403 MissingAuthenticationTokenException, not 401."""
+    response = httpx.post(f"{sigv4_gateway.url}/model/haiku/converse", json={"messages": [{"role": "user", "content": [{"text": "Hi"}]}]})
+    assert response.status_code == 403
+    assert response.headers["x-amzn-ErrorType"] == "MissingAuthenticationTokenException" and set(response.json()) == {"message"}
+    assert response.headers["x-portcullis-error-code"] == "missing_api_key"

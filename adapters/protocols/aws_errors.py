@@ -39,6 +39,7 @@ _CODE_TYPES = {
     "presigned_not_supported": "AccessDeniedException",
     "sigv4_disabled": "AccessDeniedException",
     "unknown_route": "UnknownOperationException",
+    "missing_api_key": "MissingAuthenticationTokenException",
 }
 
 
@@ -50,6 +51,11 @@ NO_TRACE = "{where}: this gateway does not return guardrail traces; send it disa
 
 def error_type(error: GatewayError) -> str:
     return _CODE_TYPES.get(error.code or "", _TYPES.get(error.kind, "InternalServerException"))
+
+
+def error_status(error: GatewayError) -> int:
+    """AWS answers a missing or unknown credential 403, not 401."""
+    return 403 if error.kind is ErrorKind.AUTHENTICATION else error.kind.status
 
 
 def error_body(error: GatewayError, request_id: str) -> bytes:

@@ -78,6 +78,7 @@ def client_wants_usage(request: ParsedRequest) -> bool:
 
 error_body = aws_errors.error_body
 error_headers = aws_errors.error_headers
+error_status = aws_errors.error_status
 stream_error = aws_errors.stream_error
 
 

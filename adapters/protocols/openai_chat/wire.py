@@ -65,6 +65,10 @@ def error_headers(error: GatewayError, request_id: str) -> dict[str, str]:
     return {}
 
 
+def error_status(error: GatewayError) -> int:
+    return error.kind.status
+
+
 def error_body(error: GatewayError, request_id: str) -> bytes:
     return json.dumps({"error": error_object(error)}).encode()
 
