@@ -51,6 +51,7 @@ class Call:
     path: str | None = None  # the endpoint called; None: the upstream protocol's inference path
     stream: bool = False  # the inference path of a streamed answer (Bedrock names it apart)
     guardrail: Mapping[str, str] | None = None  # the provider-side guardrail the policy requires (Bedrock)
+    affinity: str | None = None  # the conversation's key: a pool of pods sends each turn to the same one
 
     def record(self, target: Target, outcome: str, status: int | None = None) -> None:
         self.attempts.append({**target.describe(), "outcome": outcome, "status": status})
@@ -114,7 +115,8 @@ class Dispatcher:
             if call.guardrail is not None:  # after the client's own: the policy's replaces whatever it sent
                 body = pair.upstream.wire.require_guardrail(body, headers, call.guardrail)
             try:
-                upstream = await provider.send(call.path or pair.upstream.wire.upstream_path(target.model, call.stream), call.query, headers, body)
+                path = call.path or pair.upstream.wire.upstream_path(target.model, call.stream)
+                upstream = await provider.send(path, call.query, headers, body, affinity=call.affinity)
             except UpstreamUnreachable as failure:
                 call.record(target, failure.reason)
                 last_error = unreachable(failure)

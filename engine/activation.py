@@ -22,6 +22,7 @@ import re2
 from portcullis.engine import schemas
 from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
+from portcullis.engine.endpoint_policy import DEFAULT_POLICY, EndpointPolicy
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.policy import integrity_problems
 from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise, rules_read
@@ -44,12 +45,21 @@ DECISION_CACHE_SIZE = 8192
 
 
 class ActiveBundle:
-    def __init__(self, bundle: Bundle, policy: Policy, catalog: Mapping[str, Any], prices: PriceTable, scanner: Scanner | None = None) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        policy: Policy,
+        catalog: Mapping[str, Any],
+        prices: PriceTable,
+        scanner: Scanner | None = None,
+        endpoints: EndpointPolicy = DEFAULT_POLICY,
+    ) -> None:
         self.bundle = bundle
         self.policy = policy
         self.catalog = catalog
         self.prices = prices
         self.scanner = scanner or Scanner([])
+        self.endpoints = endpoints  # endpoint picking in self-hosted pools (routing layer L7)
         # A decision is a pure function of its input and this bundle, so equal inputs
         # share one evaluation, unless a module reads the clock or randomness.
         self.caches_decisions = policy.deterministic
@@ -169,7 +179,8 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         raise BundleError(f"policy error: {error}") from None
     except ScannerError as error:
         raise BundleError(str(error)) from None
-    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner)
+    endpoints = EndpointPolicy.from_data(data.get("endpoints"))
+    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner, endpoints=endpoints)
 
 
 def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:

@@ -120,6 +120,7 @@ def write_bundle(
     governance: dict[str, Any] | None = None,
     pii: dict[str, Any] | None = None,
     integrity: dict[str, Any] | None = None,
+    endpoints: dict[str, Any] | None = None,
 ) -> Path:
     """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
     if directory.exists():
@@ -137,6 +138,9 @@ def write_bundle(
     if pii is not None:
         (directory / "portcullis" / "pii").mkdir()
         (directory / "portcullis" / "pii" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"policies": pii}))))
+    if endpoints is not None:
+        (directory / "portcullis" / "endpoints").mkdir()
+        (directory / "portcullis" / "endpoints" / "data.yaml").write_text(yaml.safe_dump(endpoints))
     if integrity is not None:  # the product's scanner and tool rules, with the given policies
         rules = yaml.safe_load((POLICY_SOURCES / "integrity" / "data.yaml").read_text())
         (directory / "portcullis" / "integrity").mkdir()
