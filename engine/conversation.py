@@ -22,6 +22,7 @@ class Conversation:
     first_user_texts: tuple[str, ...] = ()  # the texts of the first user message: the task as asked
     turns: int = 0  # user messages so far (a tool result counts: it is a turn of an agent's loop)
     messages: int = 0  # every non-system message
+    reasoning: bool = False  # the client asked for extended thinking / reasoning
 
 
 EMPTY = Conversation()
@@ -47,7 +48,7 @@ def session_key(team: str, user: str | None, client_session: str | None, prefix:
     return digest.hexdigest()
 
 
-def conversation_of(system: list[str], messages: list[tuple[str, tuple[str, ...]]]) -> Conversation:
+def conversation_of(system: list[str], messages: list[tuple[str, tuple[str, ...]]], reasoning: bool = False) -> Conversation:
     """Built from a protocol's system texts and its messages as (role, texts), role one
     of ``user``, ``assistant`` or ``tool`` (a tool's result sent back)."""
     first_user = next((texts for role, texts in messages if role == "user"), ())
@@ -57,6 +58,7 @@ def conversation_of(system: list[str], messages: list[tuple[str, tuple[str, ...]
         first_user_texts=first_user,
         turns=sum(1 for role, _ in messages if role != "assistant"),
         messages=len(messages),
+        reasoning=reasoning,
     )
 
 
@@ -72,3 +74,9 @@ def texts_of(content: object, text_types: frozenset[str]) -> tuple[str, ...]:
         if isinstance(block, dict) and isinstance(block.get("text"), str) and block.get("type", "text") in text_types:
             texts.append(block["text"])
     return tuple(texts)
+
+
+def asks_reasoning(options: object, key: str, off: tuple[str, ...]) -> bool:
+    """Whether a request's reasoning options (``thinking``, ``reasoning``…) turn it on:
+    present, and ``key`` (its type or effort) not one of the values meaning off."""
+    return isinstance(options, dict) and options.get(key) not in off

@@ -80,3 +80,18 @@ def test_malformed_bodies_give_an_empty_view_not_an_error() -> None:
     for name in PROTOCOLS:
         surfaces = protocol(name).surfaces
         assert surfaces.conversation({"messages": "nope", "system": 3, "input": 7, "instructions": None}).messages == 0, name
+
+
+def test_reasoning_requested_is_seen_in_every_protocol() -> None:
+    asked = {
+        "anthropic_messages": ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, {"thinking": {"type": "disabled"}}),
+        "openai_chat": ({"reasoning_effort": "high"}, {"reasoning_effort": "none"}),
+        "openai_responses": ({"reasoning": {"effort": "medium"}}, {"reasoning": {"summary": "auto"}}),
+        "bedrock_converse": ({"additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}}, {"additionalModelRequestFields": {}}),
+    }
+    for name, (on, off) in asked.items():
+        first, _ = first_and_second_turns(name)
+        surfaces = protocol(name).surfaces
+        assert surfaces.conversation({**first, **on}).reasoning, name
+        assert not surfaces.conversation({**first, **off}).reasoning, name
+        assert not surfaces.conversation(first).reasoning, name

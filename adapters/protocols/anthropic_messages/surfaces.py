@@ -19,7 +19,7 @@ from portcullis.adapters.protocols.text import (
     visit_schema,
     wrap_untrusted,
 )
-from portcullis.engine.conversation import Conversation, conversation_of, texts_of
+from portcullis.engine.conversation import Conversation, asks_reasoning, conversation_of, texts_of
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import SIGNED
 
@@ -263,4 +263,4 @@ def conversation(body: Mapping[str, Any]) -> Conversation:
             tool_turn = isinstance(content, list) and bool(content) and all(isinstance(b, dict) and b.get("type") in _TOOL_RESULTS for b in content)
             role = "tool" if tool_turn else ("assistant" if message.get("role") == "assistant" else "user")
             messages.append((role, texts_of(content, _TEXT)))
-    return conversation_of(list(texts_of(system, _TEXT)), messages)
+    return conversation_of(list(texts_of(system, _TEXT)), messages, asks_reasoning(body.get("thinking"), "type", ("disabled", None)))

@@ -23,7 +23,7 @@ from portcullis.adapters.protocols.text import (
     visit_members,
     visit_schema,
 )
-from portcullis.engine.conversation import Conversation, conversation_of, texts_of
+from portcullis.engine.conversation import Conversation, asks_reasoning, conversation_of, texts_of
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import SIGNED
 
@@ -302,4 +302,7 @@ def conversation(body: Mapping[str, Any]) -> Conversation:
             tool_turn = bool(blocks) and all(isinstance(b, dict) and "toolResult" in b for b in blocks)
             role = "tool" if tool_turn else ("assistant" if message.get("role") == "assistant" else "user")
             messages.append((role, texts_of(blocks, _TEXT)))
-    return conversation_of(system, messages)
+    extra = body.get("additionalModelRequestFields")
+    extra = extra if isinstance(extra, dict) else {}
+    reasoning = asks_reasoning(extra.get("thinking"), "type", ("disabled", None)) or isinstance(extra.get("reasoning_config"), dict)
+    return conversation_of(system, messages, reasoning)

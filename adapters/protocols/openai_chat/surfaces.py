@@ -207,4 +207,5 @@ def conversation(body: Mapping[str, Any]) -> Conversation:
             system.extend(texts)
         else:
             messages.append((_ROLES.get(message.get("role"), "user"), texts))
-    return conversation_of(system, messages)
+    effort = body.get("reasoning_effort")
+    return conversation_of(system, messages, isinstance(effort, str) and effort != "none")

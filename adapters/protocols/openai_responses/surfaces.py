@@ -27,7 +27,7 @@ from portcullis.adapters.protocols.text import (
     visit_schema,
     wrap_untrusted,
 )
-from portcullis.engine.conversation import Conversation, conversation_of, texts_of
+from portcullis.engine.conversation import Conversation, asks_reasoning, conversation_of, texts_of
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import SIGNED
 
@@ -328,4 +328,4 @@ def conversation(body: Mapping[str, Any]) -> Conversation:
             messages.append(("tool", ()))
         else:  # the model's own items sent back (calls, reasoning)
             messages.append(("assistant", ()))
-    return conversation_of(system, messages)
+    return conversation_of(system, messages, asks_reasoning(body.get("reasoning"), "effort", ("none", None)))
