@@ -40,7 +40,7 @@ from portcullis.adapters.pii.classifier import ClassifierDetector
 from portcullis.adapters.pii.detectors import Detector
 from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
 from portcullis.adapters.pii.vault import MemoryVault, RedisVault, Vault, vault_key
-from portcullis.adapters.pipeline import Clock, utc_now
+from portcullis.adapters.pipeline import Clock, FactSource, utc_now
 from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
 from portcullis.adapters.protocols.registry import protocol
 from portcullis.adapters.providers import Provider, build_provider
@@ -124,7 +124,9 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     # own limit comes before them all: a refused count costs no detection work.
     counts = count_limit(store, config.store.redis_prefix, config.count_tokens_per_minute)
     steps = [counts, pii, integrity, governance]
-    gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits)
+    # What the routing layers decide from, gathered before the policy decides (input.facts).
+    facts: tuple[FactSource, ...] = ()
+    gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits, facts=facts)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Exchange
 from portcullis.engine.errors import GatewayError, printable
+from portcullis.engine.routing import substitution
 
 log = logging.getLogger("portcullis.gateway")
 
@@ -66,8 +67,10 @@ def outcome_record(exchange: Exchange, outcome: str, error: GatewayError | None 
         record["usage"] = {**exchange.usage.as_dict(), "complete": exchange.usage_complete}
         record["cost_micro_usd"] = exchange.cost_micro_usd
         record["price_version"] = exchange.price_version
-        if exchange.plan is not None and exchange.served.canonical_model != exchange.plan.model:
-            record["model_substituted_from"] = exchange.plan.model
+        plan = exchange.plan
+        substituted = plan and substitution(plan.resolved_model, plan.model, exchange.served.canonical_model, plan.routing)
+        if substituted:
+            record["model_substituted_from"], record["substitution_layer"] = substituted
     record.update(exchange.audit_outcome)
     if error is not None:
         record["error"] = error_of(error)

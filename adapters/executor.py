@@ -31,7 +31,7 @@ from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_respon
 from portcullis.adapters.ingress import parse_request, read_body, request_id_of, session_of
 from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.operations import Operation
-from portcullis.adapters.pipeline import Clock, Exchange, ResponseGuard, Step, utc_now
+from portcullis.adapters.pipeline import Clock, Exchange, FactSource, ResponseGuard, Step, utc_now
 from portcullis.adapters.policy_input import decide
 from portcullis.adapters.protocols.interfaces import TokenCounting, WireProtocol
 from portcullis.adapters.protocols.registry import Route, protocol
@@ -43,6 +43,7 @@ from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
 from portcullis.engine.plan import Target
 from portcullis.engine.pricing import Usage
+from portcullis.engine.routing import substitution
 from portcullis.engine.tokens import count_input_tokens
 
 log = logging.getLogger("portcullis.gateway")
@@ -70,6 +71,7 @@ class Executor:
         max_request_bytes: int,
         clock: Clock = utc_now,
         limits: RequestLimits = DEFAULT_LIMITS,
+        facts: tuple[FactSource, ...] = (),
     ) -> None:
         self._bundles = bundles
         self._auth = authenticator
@@ -79,6 +81,7 @@ class Executor:
         self._max_request_bytes = max_request_bytes
         self._clock = clock
         self._limits = limits
+        self._facts = facts
         self._serve = {Operation.INFERENCE: self._dispatch, Operation.COUNT_TOKENS: self._count}
 
     # --- the pipeline ------------------------------------------------------------
@@ -101,9 +104,16 @@ class Executor:
             exchange.request.hop = http.headers.get(HOP_HEADER)
             stage = "decide"
             exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile
-            exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request)
+            if operation == Operation.INFERENCE:  # routing layers route what is generated, not a count
+                for source in self._facts:
+                    fact = await source.gather(exchange)
+                    if fact is not None:
+                        exchange.facts[source.name] = fact
+            exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request, exchange.facts)
             if not exchange.plan.allow:
                 raise exchange.plan.refusal()
+            for source in self._facts:
+                await source.decided(exchange)
             exchange.targets = exchange.plan.targets
             stage = "admit"
             for step in self._steps:
@@ -321,8 +331,8 @@ class Executor:
     def _headers(self, exchange: Exchange) -> dict[str, str]:
         headers = {name: exchange.request_id for name in REQUEST_ID_HEADERS}
         plan, served = exchange.plan, exchange.served
-        if plan is not None and served is not None and plan.model and served.canonical_model != plan.model:
-            headers[FALLBACK_HEADER] = plan.model
+        if plan is not None and served is not None and substitution(plan.resolved_model, plan.model, served.canonical_model, plan.routing):
+            headers[FALLBACK_HEADER] = plan.resolved_model or ""
         return {**headers, **exchange.headers}
 
     def _error(self, exchange: Exchange, error: GatewayError) -> Response:

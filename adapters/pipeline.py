@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.engine.conversation import EMPTY, Conversation
 from portcullis.engine.pricing import Usage
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ class Exchange:
     audit_started: dict[str, Any] = field(default_factory=dict)
     audit_outcome: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # what steps tell the client, on a served answer
+    facts: dict[str, Any] = field(default_factory=dict)  # what the routing layers were told (input.facts)
+    _conversation: Conversation | None = field(default=None, repr=False)
 
     @property
     def day(self) -> dt.date:
@@ -103,6 +106,28 @@ class Exchange:
 
     def state_of(self, step: Step[S]) -> S | None:
         return self.states.get(id(step))
+
+    def conversation(self) -> Conversation:
+        """The request as the client sent it, seen as a conversation (computed once)."""
+        if self._conversation is None:
+            self._conversation = self.protocol.surfaces.conversation(self.request.body) if self.request is not None else EMPTY
+        return self._conversation
+
+
+class FactSource:
+    """What the gateway measures for the routing layers before the policy decides: its
+    ``gather`` becomes ``input.facts[name]`` (None: not known, and left out). After the
+    decision, ``decided`` records what the plan settled that must outlive the request
+    (a tier pinned to the session). Neither may raise: a fact that cannot be had is
+    absent, and the policy decides what an absent fact means."""
+
+    name: ClassVar[str]
+
+    async def gather(self, exchange: Exchange) -> Any:
+        return None
+
+    async def decided(self, exchange: Exchange) -> None:
+        return None
 
 
 class ResponseGuard(Protocol):

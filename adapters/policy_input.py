@@ -4,6 +4,8 @@ decision it gets back. Python gathers facts; the bundle decides."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from portcullis.adapters.auth import Principal
 from portcullis.adapters.protocols.request import ParsedRequest
@@ -15,8 +17,8 @@ from portcullis.engine.rego import PolicyError
 log = logging.getLogger("portcullis.gateway")
 
 
-def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest) -> DecisionPlan:
-    input_document = {
+def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest, facts: Mapping[str, Any] | None = None) -> DecisionPlan:
+    input_document: dict[str, Any] = {
         "principal": principal.as_input(),
         "request": {
             "protocol": request.protocol,
@@ -27,6 +29,8 @@ def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest) -
             "tools": request.tools,
         },
     }
+    if facts:  # only when there are some: equal inputs share one cached evaluation
+        input_document["facts"] = facts
     try:
         return bundle.decide(input_document)
     except PolicyError as error:  # a broken policy refuses; it never lets a request through

@@ -14,6 +14,7 @@ from portcullis.engine.governance import Limits
 from portcullis.engine.guardrail import Guardrail
 from portcullis.engine.integrity.policy import IntegrityPolicy
 from portcullis.engine.pii.policy import PiiPolicy
+from portcullis.engine.routing import NO_ROUTING, Routing
 from portcullis.engine.target import Target
 
 # How a refusal reads to the client: the policy names the reason, the gateway picks the status.
@@ -40,6 +41,7 @@ class DecisionPlan:
     integrity: IntegrityPolicy | None = None
     guardrail: Guardrail | None = None  # what Bedrock targets must apply; None when nothing requires one
     suggestions: tuple[str, ...] = ()  # for an unknown model: the closest names this key may use
+    routing: Routing = NO_ROUTING  # what the routing layers substituted, and what they proposed
 
     @classmethod
     def from_policy(cls, document: Mapping[str, Any], principal: Mapping[str, Any]) -> DecisionPlan:
@@ -54,7 +56,13 @@ class DecisionPlan:
             pii=PiiPolicy.from_plan(document.get("pii")),
             integrity=IntegrityPolicy.from_plan(document.get("integrity")),
             guardrail=Guardrail.from_plan(document.get("guardrail")),
+            routing=Routing.from_plan(document.get("routing")),
         )
+
+    @property
+    def resolved_model(self) -> str | None:
+        """The canonical model the requested name resolved to, before any substitution."""
+        return self.routing.substituted_from or self.model
 
     def refusal(self) -> GatewayError:
         """The client-facing error for a plan that does not allow the request."""
@@ -95,6 +103,8 @@ class DecisionPlan:
             view["integrity_policies"] = list(self.integrity.policies)
         if self.guardrail is not None:
             view["guardrail"] = self.guardrail.describe()
+        if self.routing.layers:
+            view["routing"] = self.routing.audit_view()
         return view
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from portcullis.adapters.protocols.request import ParsedRequest
     from portcullis.adapters.protocols.sse import SSEEvent
     from portcullis.adapters.protocols.text import StreamText, TextVisitor, ToolCall
+    from portcullis.engine.conversation import Conversation
     from portcullis.engine.errors import GatewayError
     from portcullis.engine.integrity.spotlight import Boundary
     from portcullis.engine.plan import Target
@@ -136,6 +137,7 @@ class Surfaces(Protocol):
     def insert_system_prompt(self, body: dict[str, Any], text: str) -> None: ...
     def leading_instructions(self, body: Mapping[str, Any]) -> str | None: ...
     def spotlight(self, body: dict[str, Any], boundary: Boundary, sources: frozenset[str]) -> int: ...
+    def conversation(self, body: Mapping[str, Any]) -> Conversation: ...  # what routing reads of it
 
 
 @runtime_checkable

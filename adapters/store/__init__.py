@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from portcullis.adapters.providers.keys import Capacity
     from portcullis.adapters.store.ledger import Ledger
     from portcullis.adapters.store.replay import ReplayGuard
+    from portcullis.adapters.store.session_state import SessionState
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -84,6 +85,7 @@ class Store:
     capacity: Capacity  # provider keys' per-minute use and cooldowns
     redis: Redis | None = None  # the shared store's Redis, for state that lives there (the PII vault)
     replays: ReplayGuard = field(default_factory=lambda: _memory_replays())  # SigV4 signatures already seen
+    sessions: SessionState = field(default_factory=lambda: _memory_sessions())  # per-session routing state (pinned tiers)
 
     async def close(self) -> None:
         await self.keys.close()
@@ -114,14 +116,29 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
     failures = RedisFailureCounter(redis, max_failures, window, config.redis_prefix)
     ledger = SharedLedger(redis, keys.pool, config.redis_prefix)
     from portcullis.adapters.store.replay import RedisReplayGuard
+    from portcullis.adapters.store.session_state import RedisSessionState
 
-    return Store(keys, failures, ledger, RedisCapacity(redis, config.redis_prefix), redis, RedisReplayGuard(redis, config.redis_prefix))
+    return Store(
+        keys,
+        failures,
+        ledger,
+        RedisCapacity(redis, config.redis_prefix),
+        redis,
+        RedisReplayGuard(redis, config.redis_prefix),
+        RedisSessionState(redis, config.redis_prefix),
+    )
 
 
 def _memory_replays() -> ReplayGuard:
     from portcullis.adapters.store.replay import MemoryReplayGuard  # imports this module: deferred
 
     return MemoryReplayGuard()
+
+
+def _memory_sessions() -> SessionState:
+    from portcullis.adapters.store.session_state import MemorySessionState  # imports this module: deferred
+
+    return MemorySessionState()
 
 
 def migration_files(dialect: str) -> list[tuple[int, str, str]]:

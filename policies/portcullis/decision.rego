@@ -20,9 +20,12 @@ package portcullis
 # description: >-
 #   The request's input document ({principal, request}) turned into a decision plan
 #   (schemas/decision-plan.schema.json). The first failed check decides; the order
-#   mirrors the pipeline (L1 names, then L2 entitlements).
+#   mirrors the pipeline (L1 names, L2 entitlements, then the routing layers that may
+#   substitute the model: L4 intent tiers, L3 budget tiers). input.facts holds what the
+#   gateway measured for them (features, budget utilisation, the session's pinned tier,
+#   breakers); a fact that is absent means "not known", never "allowed".
 # entrypoint: true
-decision := _authorise(input.principal, input.request, model) if {
+decision := _authorise(input.principal, input.request, model, object.get(input, "facts", {})) if {
 	data.portcullis.tenants.teams[input.principal.team]
 	model := data.portcullis.access.resolve(input.request.model)
 } else := _refuse(input.request, "unknown_team", "the key's team is not defined in the active policy bundle") if {
@@ -62,7 +65,7 @@ tool_call_verdicts := [data.portcullis.integrity.verdict(input.principal, call) 
 
 # The one place a plan's shape is written: every plan, allowed or refused, is built
 # here. A plan allows exactly when its first reason is "allowed".
-_plan(request, model, reasons, targets, rejected_targets, limits, pii, integrity, guardrail) := {
+_plan(request, model, reasons, targets, rejected_targets, limits, pii, integrity, guardrail, routing) := {
 	"allow": reasons[0].code == "allowed",
 	"reasons": reasons,
 	"requested_model": request.model,
@@ -73,18 +76,47 @@ _plan(request, model, reasons, targets, rejected_targets, limits, pii, integrity
 	"pii": pii,
 	"integrity": integrity,
 	"guardrail": guardrail,
+	"routing": routing,
 }
 
-_refuse(request, code, message) := _plan(request, null, [{"code": code, "message": message}], [], [], _no_limits, null, null, null)
+_refuse(request, code, message) := _plan(request, null, [{"code": code, "message": message}], [], [], _no_limits, null, null, null, null)
 
 _no_limits := {"counters": [], "unlimited": [], "effective": {}}
 
 # Every candidate (the model's own targets, then its fallbacks') is re-authorised
-# against the same entitlements as the requested model (seed §4.8).
-_authorise(principal, request, model) := plan if {
+# against the same entitlements as the requested model (seed §4.8). A routing layer's
+# substitute is served the same way; it is taken only when it is granted and keeps at
+# least one authorised target, else the model so far stays (it passed every check) and
+# the refused substitution is recorded.
+_authorise(principal, request, model, facts) := plan if {
 	granted := data.portcullis.access.entitlements(principal)
 	requires := object.get(request, "requires", [])
-	guardrails := data.portcullis.guardrails.required(principal.team, model)
+	requested := _serve(principal.team, granted, requires, model)
+	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, model, facts))
+	routed := _substitute(granted, requires, principal.team, by_intent.route, "budget_tier", data.portcullis.budget_tiers.proposal(principal, request, by_intent.route.model, facts))
+	route := routed.route
+	integrity := data.portcullis.integrity.for_principal(principal)
+	refused_tools := data.portcullis.integrity.tools_refused(integrity, object.get(request, "tools", []))
+	plan := _plan(
+		request,
+		route.model,
+		_authorisation(object.get(granted.models, model, false), route.guardrails.conflict, route.targets, refused_tools),
+		route.targets,
+		[object.union(candidate, {"reasons": _rejections(granted, requires, route.guardrails.unserved, candidate)}) |
+			some i, candidate in route.candidates
+			not i in route.authorised
+		],
+		data.portcullis.governance.limits(principal),
+		data.portcullis.pii.for_principal(principal),
+		integrity,
+		route.guardrails.guardrail,
+		_routing(model, route.model, array.concat(by_intent.layers, routed.layers)),
+	)
+}
+
+# A model's candidates and which of them this principal and request may use.
+_serve(team, granted, requires, model) := route if {
+	guardrails := data.portcullis.guardrails.required(team, model)
 	candidates := data.portcullis.routing.candidates(model)
 	authorised := [i |
 		some i, candidate in candidates
@@ -95,24 +127,61 @@ _authorise(principal, request, model) := plan if {
 			needed in object.get(candidate, "capabilities", [])
 		}
 	]
-	targets := [candidates[i] | some i in authorised]
-	integrity := data.portcullis.integrity.for_principal(principal)
-	refused_tools := data.portcullis.integrity.tools_refused(integrity, object.get(request, "tools", []))
-	plan := _plan(
-		request,
-		model,
-		_authorisation(object.get(granted.models, model, false), guardrails.conflict, targets, refused_tools),
-		targets,
-		[object.union(candidate, {"reasons": _rejections(granted, requires, guardrails.unserved, candidate)}) |
-			some i, candidate in candidates
-			not i in authorised
-		],
-		data.portcullis.governance.limits(principal),
-		data.portcullis.pii.for_principal(principal),
-		integrity,
-		guardrails.guardrail,
-	)
+	route := {
+		"model": model,
+		"guardrails": guardrails,
+		"candidates": candidates,
+		"authorised": authorised,
+		"targets": [candidates[i] | some i in authorised],
+	}
 }
+
+# One layer's proposal ({"model", and what the layer says of it}, or null) applied to
+# the route so far: {"route", "layers": [its record]}. Restrict-only: a substitute the
+# principal may not use, or that has no authorised target, never replaces the model.
+_substitute(granted, requires, team, current, layer, proposal) := {"route": current, "layers": []} if {
+	not _proposes(granted, current, proposal)
+} else := _substituted(
+	current,
+	substitute,
+	_substitute_refusals(granted, proposal.model, substitute),
+	object.union(proposal, {"layer": layer, "from": current.model, "to": proposal.model}),
+) if {
+	substitute := _serve(team, granted, requires, proposal.model)
+}
+
+# Only a request the principal may make is routed further: L2 refusals stop the stack.
+_proposes(granted, current, proposal) if {
+	proposal != null
+	proposal.model != current.model
+	granted.models[current.model]
+}
+
+_substituted(current, substitute, [], record) := {"route": substitute, "layers": [object.union(record, {"applied": true})]}
+
+_substituted(current, substitute, refusals, record) := {"route": current, "layers": [object.union(record, {"applied": false, "reasons": refusals})]} if {
+	count(refusals) > 0
+}
+
+_substitute_refusals(granted, model, substitute) := array.concat(
+	["model_not_allowed" | not granted.models[model]],
+	array.concat(
+		["guardrail_conflict" | substitute.guardrails.conflict],
+		["no_authorised_target" | granted.models[model]; substitute.targets == []],
+	),
+)
+
+# What the routing layers did: each proposal and whether it was taken; the model the
+# request resolved to when a layer replaced it, and the last layer that did.
+_routing(requested, model, layers) := {"layers": layers, "substituted_from": null, "layer": null} if {
+	requested == model
+} else := {
+	"layers": layers,
+	"substituted_from": requested,
+	"layer": [record.layer | some record in layers; record.applied][_last(layers)],
+}
+
+_last(layers) := count([record | some record in layers; record.applied]) - 1
 
 # Why a candidate was refused, for the plan and the audit record.
 _rejections(granted, requires, unserved, candidate) := array.concat(

@@ -19,6 +19,7 @@ from portcullis.adapters.protocols.text import (
     visit_schema,
     wrap_untrusted,
 )
+from portcullis.engine.conversation import Conversation, asks_reasoning, conversation_of, texts_of
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import SIGNED
 
@@ -247,3 +248,19 @@ def spotlight(body: dict[str, Any], boundary: Boundary, sources: frozenset[str])
             out.append(block)
         message["content"] = out
     return wrapped
+
+
+_TEXT = frozenset({"text"})
+
+
+def conversation(body: Mapping[str, Any]) -> Conversation:
+    """The request as a conversation; a user message of tool results only is a tool turn."""
+    system = body.get("system")
+    messages = []
+    for message in body.get("messages") if isinstance(body.get("messages"), list) else ():
+        if isinstance(message, dict):
+            content = message.get("content")
+            tool_turn = isinstance(content, list) and bool(content) and all(isinstance(b, dict) and b.get("type") in _TOOL_RESULTS for b in content)
+            role = "tool" if tool_turn else ("assistant" if message.get("role") == "assistant" else "user")
+            messages.append((role, texts_of(content, _TEXT)))
+    return conversation_of(list(texts_of(system, _TEXT)), messages, asks_reasoning(body.get("thinking"), "type", ("disabled", None)))

@@ -23,6 +23,7 @@ from portcullis.adapters.protocols.text import (
     visit_members,
     visit_schema,
 )
+from portcullis.engine.conversation import Conversation, asks_reasoning, conversation_of, texts_of
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import SIGNED
 
@@ -285,3 +286,23 @@ def _between(blocks: list[Any], boundary: Boundary, source: str, **attributes: A
     visit_leaves(blocks, "tool_results", lambda _, text: boundary.clean(text))
     named = {key: value if isinstance(value, str) else None for key, value in attributes.items()}
     return [{"text": boundary.opening(source, **named)}, *blocks, {"text": boundary.closing()}]
+
+
+_TEXT = frozenset({"text"})
+
+
+def conversation(body: Mapping[str, Any]) -> Conversation:
+    """The request as a conversation; a user message of tool results only is a tool turn."""
+    system = list(texts_of(body.get("system"), _TEXT)) if isinstance(body.get("system"), list) else []
+    messages = []
+    for message in body.get("messages") if isinstance(body.get("messages"), list) else ():
+        if isinstance(message, dict):
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else []
+            tool_turn = bool(blocks) and all(isinstance(b, dict) and "toolResult" in b for b in blocks)
+            role = "tool" if tool_turn else ("assistant" if message.get("role") == "assistant" else "user")
+            messages.append((role, texts_of(blocks, _TEXT)))
+    extra = body.get("additionalModelRequestFields")
+    extra = extra if isinstance(extra, dict) else {}
+    reasoning = asks_reasoning(extra.get("thinking"), "type", ("disabled", None)) or isinstance(extra.get("reasoning_config"), dict)
+    return conversation_of(system, messages, reasoning)

@@ -20,6 +20,7 @@ from portcullis.adapters.protocols.text import (
     visit_schema,
     wrap_untrusted,
 )
+from portcullis.engine.conversation import Conversation, conversation_of, texts_of
 from portcullis.engine.integrity.spotlight import Boundary
 
 _UNINSPECTABLE_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file"}
@@ -188,3 +189,23 @@ def spotlight(body: dict[str, Any], boundary: Boundary, sources: frozenset[str])
             message["content"] = inside
             wrapped += 1
     return wrapped
+
+
+_TEXT = frozenset({"text"})
+_ROLES = {"user": "user", "assistant": "assistant", "tool": "tool", "function": "tool"}
+
+
+def conversation(body: Mapping[str, Any]) -> Conversation:
+    """The request as a conversation: system and developer messages are its system texts."""
+    system: list[str] = []
+    messages = []
+    for message in body.get("messages") if isinstance(body.get("messages"), list) else ():
+        if not isinstance(message, dict):
+            continue
+        texts = texts_of(message.get("content"), _TEXT)
+        if message.get("role") in ("system", "developer"):
+            system.extend(texts)
+        else:
+            messages.append((_ROLES.get(message.get("role"), "user"), texts))
+    effort = body.get("reasoning_effort")
+    return conversation_of(system, messages, isinstance(effort, str) and effort != "none")

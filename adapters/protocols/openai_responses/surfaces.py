@@ -27,6 +27,7 @@ from portcullis.adapters.protocols.text import (
     visit_schema,
     wrap_untrusted,
 )
+from portcullis.engine.conversation import Conversation, asks_reasoning, conversation_of, texts_of
 from portcullis.engine.integrity.spotlight import Boundary
 from portcullis.engine.pii.policy import SIGNED
 
@@ -303,3 +304,28 @@ def _wrap(output: Any, boundary: Boundary, tool: Any, call_id: Any) -> Any:
         wrapped = wrap_untrusted(output, boundary, "tool_result", tool=name, id=ident)
         return [dict(part, type="input_text") if part.get("type") == "text" else part for part in wrapped] if wrapped else None
     return wrap_untrusted(output, boundary, "tool_result", tool=name, id=ident)
+
+
+_TEXT = frozenset({"input_text", "output_text", "text"})
+
+
+def conversation(body: Mapping[str, Any]) -> Conversation:
+    """The request as a conversation: ``instructions`` and system / developer items are
+    its system texts; a tool's output item is a tool turn."""
+    instructions = body.get("instructions")
+    system = [instructions] if isinstance(instructions, str) else []
+    items = body.get("input")
+    messages = []
+    for item in [{"role": "user", "content": items}] if isinstance(items, str) else items if isinstance(items, list) else ():
+        if not isinstance(item, dict):
+            continue
+        kind, role = item.get("type", "message"), item.get("role")
+        if kind == "message" and role in ("system", "developer"):
+            system.extend(texts_of(item.get("content"), _TEXT))
+        elif kind == "message":
+            messages.append(("assistant" if role == "assistant" else "user", texts_of(item.get("content"), _TEXT)))
+        elif isinstance(kind, str) and kind.endswith("_output"):  # function_call_output, custom_tool_call_output, …
+            messages.append(("tool", ()))
+        else:  # the model's own items sent back (calls, reasoning)
+            messages.append(("assistant", ()))
+    return conversation_of(system, messages, asks_reasoning(body.get("reasoning"), "effort", ("none", None)))

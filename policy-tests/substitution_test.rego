@@ -1,0 +1,73 @@
+# The routing layers' one substitution mechanism (decision.rego): a layer's proposed
+# model replaces the model so far only when the principal may use it and it keeps an
+# authorised target; otherwise the model so far stays and the refusal is recorded.
+package portcullis_substitution_test
+
+target(provider, model, region) := {
+	"provider": provider, "model": model, "region": region, "priority": 1,
+	"context_window": 200000, "max_output_tokens": 8192, "capabilities": ["streaming"],
+}
+
+catalog := {
+	"aliases": {},
+	"models": {
+		"claude-sonnet-4-5": {"targets": [target("anthropic", "claude-sonnet-4-5-20250929", "us-east-1")]},
+		"claude-haiku-4-5": {"targets": [target("anthropic", "claude-haiku-4-5-20251001", "us-east-1")]},
+		"glm-4.6": {"targets": [target("vllm", "zai-org/GLM-4.6", "ap-northeast-2")]},
+		"claude-opus-4-8": {"targets": [target("anthropic", "claude-opus-4-8", "us-east-1")]},
+	},
+	"prices": [],
+}
+
+tenants := {"teams": {"payments": {"models": ["claude-sonnet-*", "claude-haiku-*", "glm-*"], "regions": ["us-east-1"]}}}
+
+substitute(proposal) := result if {
+	granted := data.portcullis.access.entitlements({"team": "payments", "user": null})
+		with data.portcullis.catalog as catalog
+		with data.portcullis.tenants as tenants
+	current := data.portcullis._serve("payments", granted, [], "claude-sonnet-4-5")
+		with data.portcullis.catalog as catalog
+		with data.portcullis.tenants as tenants
+	result := data.portcullis._substitute(granted, [], "payments", current, "budget_tier", proposal)
+		with data.portcullis.catalog as catalog
+		with data.portcullis.tenants as tenants
+}
+
+test_a_granted_substitute_with_a_target_replaces_the_model if {
+	result := substitute({"model": "claude-haiku-4-5", "tier": "red"})
+	result.route.model == "claude-haiku-4-5"
+	[t.model | some t in result.route.targets] == ["claude-haiku-4-5-20251001"]
+	result.layers == [{"layer": "budget_tier", "from": "claude-sonnet-4-5", "to": "claude-haiku-4-5", "model": "claude-haiku-4-5", "tier": "red", "applied": true}]
+}
+
+test_a_substitute_the_team_may_not_use_keeps_the_model if {
+	result := substitute({"model": "claude-opus-4-8", "tier": "upgrade"})
+	result.route.model == "claude-sonnet-4-5"
+	result.layers[0].applied == false
+	result.layers[0].reasons == ["model_not_allowed"]
+}
+
+test_a_substitute_outside_the_region_lock_keeps_the_model if {
+	result := substitute({"model": "glm-4.6", "tier": "yellow"})
+	result.route.model == "claude-sonnet-4-5"
+	result.layers[0].reasons == ["no_authorised_target"]
+}
+
+test_no_proposal_changes_nothing if {
+	result := substitute(null)
+	result.route.model == "claude-sonnet-4-5"
+	result.layers == []
+}
+
+test_proposing_the_model_itself_records_nothing if {
+	substitute({"model": "claude-sonnet-4-5", "tier": "green"}).layers == []
+}
+
+test_routing_names_the_resolved_model_and_the_last_layer_taken if {
+	layers := [
+		{"layer": "intent", "from": "a", "to": "b", "applied": true},
+		{"layer": "budget_tier", "from": "b", "to": "c", "applied": false, "reasons": ["model_not_allowed"]},
+	]
+	data.portcullis._routing("a", "b", layers) == {"layers": layers, "substituted_from": "a", "layer": "intent"}
+	data.portcullis._routing("a", "a", []) == {"layers": [], "substituted_from": null, "layer": null}
+}
