@@ -39,6 +39,7 @@ from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
 from portcullis.adapters.upstream_errors import read_json
+from portcullis.engine.conversation import prefix_key
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
 from portcullis.engine.plan import Target
@@ -180,7 +181,17 @@ class Executor:
             path=path,
             stream=request.stream and path is None,
             guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
+            affinity=self._affinity(exchange),
         )
+
+    @staticmethod
+    def _affinity(exchange: Exchange) -> str | None:
+        """The conversation's prefix key: a provider with several pods sends every turn
+        to the same one (``system_blocks`` is the bundle's endpoint policy)."""
+        request, principal, bundle = exchange.request, exchange.principal, exchange.bundle
+        if request is None or principal is None or bundle is None:
+            return None
+        return prefix_key(principal.team, request.tools, exchange.conversation(), bundle.endpoints.system_blocks)
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
         request = exchange.request

@@ -14,7 +14,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class EndpointPolicy:
-    system_blocks: int = 2  # system blocks (after the first) in a conversation's affinity key
+    system_blocks: int = 2  # how many system texts, from the first, join a conversation's affinity key
     virtual_nodes: int = 128  # ring points per endpoint
     max_waiting: float = 16  # a pod with more requests queued than this is skipped
     max_kv_cache_percent: float = 90  # and one whose KV cache is fuller than this
