@@ -110,7 +110,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
         await store.close()
         raise
     authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
-    dispatcher = Dispatcher(providers, pools, config.max_attempts)
+    pooled = [name for name, provider in config.providers.items() if provider.pool is not None]
+    dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled)
     governance = Governance(store.ledger, providers, audit, clock)
     classifier = ClassifierDetector(dispatcher, governance)
     pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})

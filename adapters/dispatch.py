@@ -13,7 +13,7 @@ request itself is wrong (400, 413, 422, 431) ends the search: the next would say
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -75,10 +75,15 @@ class DispatchFailed(Exception):
 
 
 class Dispatcher:
-    def __init__(self, providers: Mapping[str, Provider], pools: Mapping[str, KeyPool], max_attempts: int) -> None:
+    def __init__(self, providers: Mapping[str, Provider], pools: Mapping[str, KeyPool], max_attempts: int, pooled: Collection[str] = ()) -> None:
         self._providers = providers
         self._pools = pools
         self._max_attempts = max_attempts
+        self._pooled = frozenset(pooled)  # providers with several endpoints, which pick one by a call's affinity
+
+    def picks_endpoints(self, targets: Sequence[Target]) -> bool:
+        """Whether a call to ``targets`` may use an affinity key (worth computing)."""
+        return any(target.provider in self._pooled for target in targets)
 
     def protocol_of(self, target: Target, default: str | None = None) -> str:
         """The protocol ``target``'s provider speaks (a provider that speaks any: ``default``)."""

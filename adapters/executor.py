@@ -181,15 +181,15 @@ class Executor:
             path=path,
             stream=request.stream and path is None,
             guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
-            affinity=self._affinity(exchange),
+            affinity=self._affinity(exchange, targets),
         )
 
-    @staticmethod
-    def _affinity(exchange: Exchange) -> str | None:
+    def _affinity(self, exchange: Exchange, targets: tuple[Target, ...]) -> str | None:
         """The conversation's prefix key: a provider with several pods sends every turn
-        to the same one (``system_blocks`` is the bundle's endpoint policy)."""
+        to the same one (``system_blocks`` is the bundle's endpoint policy). Hashing a
+        long system prompt costs tens of microseconds: done only when a target needs it."""
         request, principal, bundle = exchange.request, exchange.principal, exchange.bundle
-        if request is None or principal is None or bundle is None:
+        if request is None or principal is None or bundle is None or not self._dispatcher.picks_endpoints(targets):
             return None
         return prefix_key(principal.team, request.tools, exchange.conversation(), bundle.endpoints.system_blocks)
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import yaml
@@ -42,12 +43,12 @@ def pool(pods: FakePods) -> FakePods:
     return pods
 
 
-def pool_gateway(directory: Path, fakes: Fakes, **pool: Any) -> GatewayProcess:
-    """A gateway whose openai-main provider is a pool of pods (``pool``: its fields)."""
+def pool_gateway(directory: Path, fakes: Fakes, pooled: tuple[str, ...] = ("openai-main",), **pool: Any) -> GatewayProcess:
+    """A gateway whose ``pooled`` providers are each a pool of pods (``pool``: its fields)."""
     directory.mkdir(parents=True, exist_ok=True)
     config = gateway_config(directory, fakes, write_bundle(directory / "bundle", endpoints=POLICY))
     for provider in config["providers"]:
-        if provider["name"] == "openai-main":
+        if provider["name"] in pooled:
             del provider["base_url"]
             provider.update(pool)
     (directory / "portcullis.yaml").write_text(yaml.safe_dump(config))
@@ -58,7 +59,7 @@ def pool_gateway(directory: Path, fakes: Fakes, **pool: Any) -> GatewayProcess:
 def gateway(tmp_path_factory: pytest.TempPathFactory, session_fakes: Fakes, pods: FakePods) -> Iterator[GatewayProcess]:
     metrics = {"interval_seconds": SCRAPE_SECONDS, "timeout_seconds": 1}
     pool = {"endpoints": pods.endpoints, "endpoint_metrics": metrics, "endpoint_cooldown_seconds": COOLDOWN_SECONDS}
-    running = pool_gateway(tmp_path_factory.mktemp("pool"), session_fakes, **pool)
+    running = pool_gateway(tmp_path_factory.mktemp("pool"), session_fakes, ("openai-main", "anthropic-us"), **pool)
     yield running
     running.stop()
 
@@ -175,6 +176,22 @@ def test_a_pod_whose_metrics_fail_is_not_treated_as_overloaded(gateway: GatewayP
     time.sleep(SCRAPE_SECONDS * 4)
     assert [chat.turn() for chat in chats] == home
     assert "load unknown (metrics scrape: status 500)" in gateway.logs()
+
+
+def test_an_anthropic_provider_may_be_a_pool_too(gateway: GatewayProcess, pool: FakePods) -> None:
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key("eng"), max_retries=0)
+    served: list[set[str]] = []
+    for topic in (f"claude task {i}" for i in range(12)):
+        messages: list[dict[str, str]] = [{"role": "user", "content": topic}]
+        for _ in range(3):
+            pool.reset()
+            reply = claude.messages.create(model="claude-opus-4-1", max_tokens=16, system="be brief", messages=messages)  # type: ignore[arg-type]
+            served.append({pod.name for pod in pool.pods if any(r.path == "/v1/messages" for r in pod.received)})
+            messages += [{"role": "assistant", "content": reply.content[0].text}, {"role": "user", "content": "more"}]  # type: ignore[union-attr]
+    assert all(len(pods) == 1 for pods in served)
+    by_conversation = [set().union(*served[i : i + 3]) for i in range(0, len(served), 3)]
+    assert all(len(pods) == 1 for pods in by_conversation)  # each conversation on one pod
+    assert len(set().union(*by_conversation)) >= 2  # and the conversations on more than one
 
 
 def test_endpoints_from_dns_are_resolved_and_served(tmp_path: Path, fakes: Fakes, pool: FakePods) -> None:

@@ -169,7 +169,7 @@ class Harness:
         self.providers = {"anthropic-us": us, "anthropic-eu": eu, "openai-main": ScriptedProvider("openai-main")}
         self.pools = {name: RecordingPool(name) for name in self.providers}
         self.audit = AuditLog(tmp_path / "audit.jsonl")
-        dispatcher = Dispatcher(self.providers, self.pools, max_attempts=3)  # type: ignore[arg-type]
+        dispatcher = Dispatcher(self.providers, self.pools, max_attempts=3, pooled=["anthropic-us"])  # type: ignore[arg-type]
         self.executor = Executor(Bundles(bundle), Authenticator(), dispatcher, self.audit, steps, 1 << 20, clock=lambda: NOW)  # type: ignore[arg-type]
 
     def run(self, body: bytes = BODY, operation: Operation = Operation.INFERENCE) -> Any:
@@ -410,3 +410,10 @@ def test_every_turn_of_a_conversation_reaches_the_provider_with_one_affinity_key
     keys = harness.providers["anthropic-us"].affinities
     assert len(keys) == 3 and all(isinstance(key, str) and len(key) == 32 for key in keys)
     assert keys[0] == keys[1] != keys[2]
+
+
+def test_a_call_to_a_provider_without_a_pool_computes_no_affinity_key(tmp_path: Path, bundle: Any) -> None:
+    harness = Harness(tmp_path, bundle, [], ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
+    body = {"model": "claude-haiku-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}]}  # anthropic-eu only
+    assert harness.run(json.dumps(body).encode()).status_code == 200
+    assert harness.providers["anthropic-eu"].affinities == [None]
