@@ -43,10 +43,10 @@ def pool(pods: FakePods) -> FakePods:
     return pods
 
 
-def pool_gateway(directory: Path, fakes: Fakes, pooled: tuple[str, ...] = ("openai-main",), **pool: Any) -> GatewayProcess:
+def pool_gateway(directory: Path, fakes: Fakes, pooled: tuple[str, ...] = ("openai-main",), policy: dict = POLICY, **pool: Any) -> GatewayProcess:
     """A gateway whose ``pooled`` providers are each a pool of pods (``pool``: its fields)."""
     directory.mkdir(parents=True, exist_ok=True)
-    config = gateway_config(directory, fakes, write_bundle(directory / "bundle", endpoints=POLICY))
+    config = gateway_config(directory, fakes, write_bundle(directory / "bundle", endpoints=policy))
     for provider in config["providers"]:
         if provider["name"] in pooled:
             del provider["base_url"]
@@ -176,6 +176,22 @@ def test_a_pod_whose_metrics_fail_is_not_treated_as_overloaded(gateway: GatewayP
     time.sleep(SCRAPE_SECONDS * 4)
     assert [chat.turn() for chat in chats] == home
     assert "load unknown (metrics scrape: status 500)" in gateway.logs()
+
+
+def test_the_thresholds_are_the_active_bundle_s_and_a_reload_changes_them(tmp_path: Path, fakes: Fakes, pool: FakePods) -> None:
+    metrics = {"interval_seconds": SCRAPE_SECONDS}
+    running = pool_gateway(tmp_path / "reload", fakes, policy={"max_waiting": 16}, endpoints=pool.endpoints, endpoint_metrics=metrics)
+    try:
+        chat = Conversation(client(running), "thresholds from the bundle")
+        home = chat.turn()
+        pool.by_name(home).metrics = {WAITING: 9}  # under 16
+        time.sleep(SCRAPE_SECONDS * 4)
+        assert chat.turn() == home
+        write_bundle(running.directory / "bundle", endpoints={"max_waiting": 8}, revision="stricter")
+        assert wait_until(lambda: "-> 'stricter'" in running.logs()), running.logs()
+        assert chat.turn() != home  # 9 is over 8
+    finally:
+        running.stop()
 
 
 def test_an_anthropic_provider_may_be_a_pool_too(gateway: GatewayProcess, pool: FakePods) -> None:
