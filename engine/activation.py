@@ -36,6 +36,7 @@ DECISION_RULE = "data.portcullis.decision"
 VISIBLE_MODELS_RULE = "data.portcullis.visible_models"
 INJECTION_SCAN_RULE = "data.portcullis.injection_scan"
 TOOL_CALL_RULE = "data.portcullis.tool_call_verdicts"
+CONTEXT_FIT_RULE = "data.portcullis.context_fit_verdicts"
 INDEX_RULE = "data.portcullis.compiled_index"
 PLAN_SAMPLES = 200
 
@@ -108,6 +109,10 @@ class ActiveBundle:
             raise PolicyError(f"{TOOL_CALL_RULE} did not return one verdict per call")
         return verdicts
 
+    def context_fit(self, input_document: Mapping[str, Any]) -> Any:
+        """The bundle's verdict on each sized target (routing layer L5, engine/context_fit.py)."""
+        return self.policy.evaluate(CONTEXT_FIT_RULE, input_document)
+
     @staticmethod
     def tool_call_input(principal: Mapping[str, Any], calls: list[dict[str, Any]], declared: list[str]) -> dict[str, Any]:
         """The input document of the tool-call rule. Arguments reach it normalised as
@@ -165,6 +170,7 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         if index is not None:
             policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))
         _check_plans(policy, data)
+        _check_context_fit(policy)
     except PolicyError as error:
         raise BundleError(f"policy error: {error}") from None
     except ScannerError as error:
@@ -219,6 +225,22 @@ def _check_patterns(integrity: Mapping[str, Any] | None) -> None:
         except re2.error:
             raise BundleError(f"integrity rule {rule['id']!r}: its pattern is not RE2 syntax, the dialect OPA reads") from None
     probe.release_thread()
+
+
+_FIT_SAMPLE = {
+    "targets": [{"index": 0, "context_window": 1000, "max_output_tokens": 100, "input_tokens": 10, "method": "estimate"}],
+    "output_tokens": None,
+    "reasoning_tokens": None,
+    "reasoning_effort": None,
+}
+
+
+def _check_context_fit(policy: Policy) -> None:
+    """The context-fit entry point answers one verdict per target, so a bundle without
+    it (or with a broken one) is refused here rather than refusing every request."""
+    verdicts = policy.evaluate(CONTEXT_FIT_RULE, _FIT_SAMPLE)
+    if not (isinstance(verdicts, list) and len(verdicts) == 1 and isinstance(verdicts[0], dict) and isinstance(verdicts[0].get("fits"), bool)):
+        raise PolicyError(f"{CONTEXT_FIT_RULE} must return one verdict ({{fits, reasons, ...}}) per target")
 
 
 def _run_own_tests(bundle: Bundle) -> None:
