@@ -238,7 +238,10 @@ _FIT_SAMPLE = {
 def _check_context_fit(policy: Policy) -> None:
     """The context-fit entry point answers one verdict per target, so a bundle without
     it (or with a broken one) is refused here rather than refusing every request."""
-    verdicts = policy.evaluate(CONTEXT_FIT_RULE, _FIT_SAMPLE)
+    try:
+        verdicts = policy.evaluate(CONTEXT_FIT_RULE, _FIT_SAMPLE)
+    except PolicyError as error:
+        raise PolicyError(f"{CONTEXT_FIT_RULE}: {error}") from None
     if not (isinstance(verdicts, list) and len(verdicts) == 1 and isinstance(verdicts[0], dict) and isinstance(verdicts[0].get("fits"), bool)):
         raise PolicyError(f"{CONTEXT_FIT_RULE} must return one verdict ({{fits, reasons, ...}}) per target")
 

@@ -130,7 +130,7 @@ def refusal(verdicts: Sequence[Verdict]) -> GatewayError:
             f"{closest.target.max_output_tokens} tokens; lower the budget"
         )
         return GatewayError(ErrorKind.INVALID_REQUEST, message, code=CODE)
-    margin = f", a {closest.margin_tokens}-token margin on an {closest.method} count included" if closest.margin_tokens else ""
+    margin = f", a {closest.margin_tokens}-token margin for an {closest.method} count included" if closest.margin_tokens else ""
     reasoning = ", reasoning included" if closest.reasoning_tokens else ""
     message = (
         f"this model's maximum context length is {closest.target.context_window} tokens; the request needs {closest.needed} "
