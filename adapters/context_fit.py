@@ -2,7 +2,8 @@
 targets governance has sized, before anything is reserved (``engine/context_fit.py``
 says what is decided; here is when, and what is counted again).
 
-A target refused on its byte upper bound may still fit: only then is the input
+When the bundle's screen admits every target (each fits with room to spare), the
+rule is not evaluated at all. A target refused on its byte upper bound may still fit: only then is the input
 counted with tiktoken, labelled an estimate (the bundle's margin applies), and judged
 a second time. A request that fits on its first verdict costs one small evaluation
 and no extra count.
@@ -31,6 +32,8 @@ async def judge(bundle: ActiveBundle, request: ParsedRequest, sized: Sequence[Si
     """One verdict per sized target, in order. ``estimate`` counts the input with
     tiktoken; it is called at most once, and only for a target its upper bound refused."""
     generation = generation_of(request)
+    if bundle.fit_screen is not None and bundle.fit_screen.admits(sized, generation):
+        return [Verdict(item.target, True, (), item.input_tokens, 0, 0, 0, item.method, screened=True) for item in sized]
     verdicts = _verdicts(bundle, sized, generation)
     again = [index for index, verdict in enumerate(verdicts) if not verdict.fits and verdict.method == UPPER_BOUND]
     if again:

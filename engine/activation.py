@@ -22,6 +22,7 @@ import re2
 from portcullis.engine import schemas
 from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
+from portcullis.engine.context_fit import Screen
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.policy import integrity_problems
 from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise, rules_read
@@ -45,8 +46,11 @@ DECISION_CACHE_SIZE = 8192
 
 
 class ActiveBundle:
-    def __init__(self, bundle: Bundle, policy: Policy, catalog: Mapping[str, Any], prices: PriceTable, scanner: Scanner | None = None) -> None:
+    def __init__(
+        self, bundle: Bundle, policy: Policy, catalog: Mapping[str, Any], prices: PriceTable, scanner: Scanner | None = None, fit_screen: Screen | None = None
+    ) -> None:
         self.bundle = bundle
+        self.fit_screen = fit_screen  # the context-fit shortcut the bundle allows (engine/context_fit.py)
         self.policy = policy
         self.catalog = catalog
         self.prices = prices
@@ -167,6 +171,7 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         if clashes:
             raise BundleError("; ".join(clashes))
         index = _as_data(policy.evaluate(INDEX_RULE, {}))
+        fit_screen = Screen.from_index(index.get("context_fit")) if isinstance(index, dict) else None
         if index is not None:
             policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))
         _check_plans(policy, data)
@@ -175,7 +180,7 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         raise BundleError(f"policy error: {error}") from None
     except ScannerError as error:
         raise BundleError(str(error)) from None
-    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner)
+    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner, fit_screen=fit_screen)
 
 
 def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:

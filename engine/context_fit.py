@@ -37,6 +37,37 @@ class Generation:
 
 
 @dataclass(frozen=True)
+class Screen:
+    """The shortcut a bundle allows (its index's ``context_fit.screen``): a target whose
+    input, plus the largest margin and the largest output allowance, fits its window is
+    admitted without evaluating the rule, on a request that declares no reasoning
+    budget. Conservative by construction: whatever it admits, the rule would admit."""
+
+    margin_percent: int
+    output_tokens: int  # the allowance of a request without an output cap, reasoning included
+
+    @classmethod
+    def from_index(cls, index: Any) -> Screen | None:
+        screen = index.get("screen") if isinstance(index, Mapping) else None
+        if not isinstance(screen, Mapping):
+            return None
+        margin, output = screen.get("margin_percent"), screen.get("output_tokens")
+        if not all(isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in (margin, output)):
+            return None
+        return cls(margin, output)
+
+    def admits(self, sized: Sequence[Sized], generation: Generation) -> bool:
+        if generation.reasoning_tokens is not None:
+            return False
+        cap = generation.output_tokens if generation.output_tokens is not None else self.output_tokens
+        for item in sized:
+            margin = -(-item.input_tokens * self.margin_percent // 100)
+            if item.input_tokens + margin + min(cap, item.target.max_output_tokens) > item.target.context_window:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
 class Sized:
     """One target with its input counted."""
 
@@ -57,6 +88,7 @@ class Verdict:
     output_tokens: int
     reasoning_tokens: int
     method: str
+    screened: bool = False  # admitted by the bundle's screen: the rule was not evaluated
 
     @property
     def needed(self) -> int:

@@ -99,3 +99,11 @@ test_both_reasons_are_named_when_both_fail if {
 test_no_targets_no_verdicts if {
 	capped([], 10) == []
 }
+
+test_the_screen_takes_the_largest_margin_and_the_largest_uncapped_allowance if {
+	screen := data.portcullis.context_fit.index.screen
+	screen.margin_percent == 10
+	screen.output_tokens == 1024 + 65536
+	tighter := data.portcullis.context_fit.index.screen with data.portcullis.context_fit.exact_margin_percent as 30
+	tighter.margin_percent == 30
+}

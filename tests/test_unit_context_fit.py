@@ -18,7 +18,7 @@ from portcullis.adapters.protocols.openai_chat import wire as chat
 from portcullis.adapters.protocols.openai_responses import wire as responses
 from portcullis.engine.activation import ActiveBundle, activate
 from portcullis.engine.bundle import BundleError, parse_bundle, read_bundle_files
-from portcullis.engine.context_fit import CODE, ESTIMATE, EXACT, UPPER_BOUND, Sized, Verdict, read_verdicts, refusal
+from portcullis.engine.context_fit import CODE, ESTIMATE, EXACT, UPPER_BOUND, Generation, Sized, Verdict, fit_input, read_verdicts, refusal
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.target import Target
 from tests.bundles import write_bundle
@@ -118,8 +118,8 @@ def test_the_margins_are_schema_checked_bundle_data(tmp_path: Path) -> None:
 
 def test_the_margin_a_bundle_declares_is_the_one_applied(tmp_path: Path) -> None:
     declared = activate(parse_bundle(read_bundle_files(write_bundle(tmp_path / "b", context_fit={"estimate_margin_percent": 25})), []), PROVIDERS, TODAY)
-    [verdict], _ = run_judge(declared, [Sized(window(200000), 1000, ESTIMATE)], BODY, 1)
-    assert verdict.margin_tokens == 250
+    [verdict], _ = run_judge(declared, [Sized(window(1300), 1000, ESTIMATE)], BODY, 1)
+    assert verdict.margin_tokens == 250 and not verdict.fits  # 1000 + 250 + 100 > 1300; 10% would have fitted
 
 
 def test_a_bundle_without_the_entry_point_is_refused(tmp_path: Path) -> None:
@@ -150,3 +150,44 @@ def test_a_reasoning_budget_that_is_not_a_number_is_refused_by_name() -> None:
     bad = {"messages": CONVERSE_HI, "additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 0}}}
     with pytest.raises(GatewayError, match=r"additionalModelRequestFields\.thinking\.budget_tokens"):
         request(bad, converse, model="x")
+
+
+def test_the_screen_admits_only_what_the_rule_admits(bundle: ActiveBundle) -> None:
+    """Over a grid of windows, counts and requests: whenever the bundle's screen skips
+    the rule, the rule (evaluated anyway here) fits every target too."""
+    screen = bundle.fit_screen
+    assert screen is not None and screen.margin_percent == 10
+    admitted = 0
+    for window_size in (3000, 5000, 9000, 70000):
+        for tokens in (100, 2000, 2700, 4000):
+            for method in (EXACT, UPPER_BOUND, ESTIMATE):
+                for cap in (None, 100, 1024, 5000):
+                    for effort in (None, "low", "high"):
+                        sized = [Sized(window(window_size, 2048), tokens, method)]
+                        generation = Generation(cap, None, effort)
+                        if screen.admits(sized, generation):
+                            admitted += 1
+                            [verdict] = read_verdicts(sized, bundle.context_fit(fit_input(sized, generation)))
+                            assert verdict.fits, (window_size, tokens, method, cap, effort)
+    assert admitted > 50  # the screen does skip the rule for most requests with room
+
+
+def test_the_screen_leaves_a_declared_budget_and_a_near_window_to_the_rule(bundle: ActiveBundle) -> None:
+    screen = bundle.fit_screen
+    assert screen is not None
+    roomy = [Sized(window(200000), 1000, EXACT)]
+    assert screen.admits(roomy, Generation(100))
+    assert not screen.admits(roomy, Generation(100, reasoning_tokens=50))  # a budget may not fit the output ceiling
+    assert not screen.admits([Sized(window(1150), 1000, EXACT)], Generation(100))  # 1000 + 100 margin + 100 > 1150: the rule decides
+    verdicts, counted = run_judge(bundle, roomy, BODY, 1)
+    assert verdicts[0].screened and verdicts[0].fits and counted == 0
+
+
+def test_a_bundle_without_a_screen_has_every_request_judged(tmp_path: Path) -> None:
+    directory = write_bundle(tmp_path / "b")
+    module = directory / "portcullis" / "context_fit.rego"
+    module.write_text(module.read_text().replace('"screen": {', '"no_screen": {'))
+    unscreened = activate(parse_bundle(read_bundle_files(directory), []), PROVIDERS, TODAY)
+    assert unscreened.fit_screen is None
+    [verdict], _ = run_judge(unscreened, [Sized(window(200000), 1000, EXACT)], BODY, 1)
+    assert verdict.fits and not verdict.screened
