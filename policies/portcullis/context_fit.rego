@@ -7,15 +7,6 @@
 #   target's context window; and a declared reasoning budget within its output ceiling.
 package portcullis.context_fit
 
-# What applies when data.portcullis.context_fit leaves a setting out.
-_defaults := {
-	"exact_margin_percent": 0,
-	"estimate_margin_percent": 10,
-	"upper_bound_margin_percent": 0,
-	"default_output_tokens": 1024,
-	"reasoning_effort_tokens": {"none": 0, "minimal": 0, "low": 2048, "medium": 8192, "high": 32768, "xhigh": 65536},
-}
-
 # This package's part of the per-bundle index: the settings with their defaults filled
 # in and the margin of each counting method, so a request reads them with one lookup;
 # and the screen, the gateway's shortcut this bundle allows: a target whose input plus
@@ -27,7 +18,7 @@ index := object.union(_configured, {
 	"margins": _margins,
 	"screen": {
 		"margin_percent": max([margin | some margin in _margins]),
-		"output_tokens": _configured.default_output_tokens + max([0, max([tokens | some tokens in _configured.reasoning_effort_tokens])]),
+		"output_tokens": _configured.default_output_tokens + max([tokens | some tokens in _configured.reasoning_effort_tokens]),
 	},
 })
 
@@ -41,18 +32,38 @@ _settings := data.portcullis.compiled.context_fit if {
 	data.portcullis.compiled.context_fit
 } else := index
 
-_configured := {name: value |
-	some name, fallback in _defaults
-	value := _setting(name, fallback)
+# The bundle's settings, each with the default that applies when the data leaves it
+# out. Every key is read by its full path: a dynamic key into data.portcullis.context_fit
+# would reach this package's own rules too, which OPA refuses as recursion.
+_configured := {
+	"exact_margin_percent": _exact_margin,
+	"estimate_margin_percent": _estimate_margin,
+	"upper_bound_margin_percent": _upper_bound_margin,
+	"default_output_tokens": _default_output,
+	"reasoning_effort_tokens": object.union(_default_efforts, _declared_efforts),
 }
 
-_setting(name, fallback) := value if {
-	name != "reasoning_effort_tokens"
-	value := data.portcullis.context_fit[name]
-} else := value if {
-	name == "reasoning_effort_tokens"
-	value := object.union(fallback, data.portcullis.context_fit.reasoning_effort_tokens)
-} else := fallback
+default _exact_margin := 0
+
+_exact_margin := data.portcullis.context_fit.exact_margin_percent
+
+default _estimate_margin := 10
+
+_estimate_margin := data.portcullis.context_fit.estimate_margin_percent
+
+default _upper_bound_margin := 0
+
+_upper_bound_margin := data.portcullis.context_fit.upper_bound_margin_percent
+
+default _default_output := 1024
+
+_default_output := data.portcullis.context_fit.default_output_tokens
+
+_default_efforts := {"none": 0, "minimal": 0, "low": 2048, "medium": 8192, "high": 32768, "xhigh": 65536}
+
+default _declared_efforts := {}
+
+_declared_efforts := data.portcullis.context_fit.reasoning_effort_tokens
 
 # One verdict per input.targets entry, in order. The request is
 # {targets: [{index, context_window, max_output_tokens, input_tokens, method}],
