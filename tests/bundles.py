@@ -121,6 +121,7 @@ def write_bundle(
     pii: dict[str, Any] | None = None,
     integrity: dict[str, Any] | None = None,
     endpoints: dict[str, Any] | None = None,
+    context_fit: dict[str, Any] | None = None,
 ) -> Path:
     """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
     if directory.exists():
@@ -146,6 +147,9 @@ def write_bundle(
         (directory / "portcullis" / "integrity").mkdir()
         document = {"injection_rules": rules["injection_rules"], "tool_rules": rules["tool_rules"], "policies": integrity}
         (directory / "portcullis" / "integrity" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(document))))
+    if context_fit is not None:
+        (directory / "portcullis" / "context_fit").mkdir()
+        (directory / "portcullis" / "context_fit" / "data.yaml").write_text(yaml.safe_dump(context_fit))
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     for name, content in (extra or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
