@@ -29,5 +29,6 @@ class ParsedRequest:
     query: str = ""
     choices: int = 1  # completions the request asks for (OpenAI `n`): each can use max_tokens
     session: str | None = None  # the client's conversation id, when it sends one
+    client: str = "other"  # which client sent it (engine/clients.py), from its User-Agent
     tools: list[str] = field(default_factory=list)  # names of the tools the request offers the model
     hop: str | None = None  # a previous gateway's signed policy-prompt header, unverified
