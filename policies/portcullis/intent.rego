@@ -45,8 +45,9 @@ _choice(router, facts) := {"tier": tier, "pinned": true, "by": "pin"} if {
 	facts.classifier.confidence >= router.classifier.min_confidence
 } else := _ruled(router, facts.features)
 
-_ruled(router, features) := {"tier": router.rules[i].tier, "pinned": false, "by": "rule", "rule": i} if {
-	i := [j | some j, rule in object.get(router, "rules", []); _matches(rule.when, features)][0]
+_ruled(router, features) := {"tier": tier, "pinned": false, "by": "rule", "rule": first} if {
+	first := [i | some i, rule in object.get(router, "rules", []); _matches(rule.when, features)][0]
+	tier := router.rules[first].tier
 } else := {"tier": router.default_tier, "pinned": false, "by": "default"}
 
 _matches(when, features) if {
