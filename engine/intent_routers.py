@@ -88,4 +88,6 @@ def intent_problems(intent: Mapping[str, Any] | None, catalog: Mapping[str, Any]
         classifier = router.get("classifier")
         if classifier is not None and classifier["model"] not in models:
             problems.append(f"{where}: classifier model {classifier['model']!r} is not served by the catalog")
+        elif classifier is not None and not any(target.get("internal") for target in models[classifier["model"]]["targets"]):
+            problems.append(f"{where}: classifier model {classifier['model']!r} has no internal target (it reads raw text)")
     return problems

@@ -6,16 +6,21 @@ conversation that only shares the client's session id keep it."""
 
 from __future__ import annotations
 
+import copy
+import json
 import uuid
 from pathlib import Path
 
 import anthropic
 import openai
 import pytest
+import yaml
 
+from tests.bundles import TENANTS, target, write_bundle
 from tests.conftest import Fakes, GatewayProcess, Services
+from tests.fakes import Fail, Reply
 from tests.fakes.anthropic_messages import COUNT_PATH
-from tests.intent_helpers import FRONTIER_UPSTREAM, write_intent_bundle
+from tests.intent_helpers import FRONTIER_UPSTREAM, intent_catalog, intent_data, router, write_intent_bundle
 
 pytestmark = pytest.mark.served
 
@@ -151,3 +156,62 @@ def test_a_token_count_is_not_routed(routed: GatewayProcess, fakes: Fakes) -> No
     [sent] = [r for r in fakes.anthropic_us.received if r.path == COUNT_PATH]
     assert sent.json["model"] == SONNET_UPSTREAM and not fakes.anthropic_eu.received
     assert "routing" not in started(routed, response.headers["x-portcullis-request-id"])["decision"]
+
+
+# --- the classifier: a billable guess the policy weighs -------------------------------
+
+CLASSIFIER_UPSTREAM = "tier-classifier-8b"
+
+
+def classifier_bundle(directory: Path, min_confidence: float = 0.8, team_models: list[str] | None = None) -> Path:
+    """The reference router with a classifier on an internal target of the OpenAI fake."""
+    catalog = intent_catalog()
+    catalog["models"]["tier-classifier"] = {"targets": [target("openai-main", CLASSIFIER_UPSTREAM, "us-east-1", internal=True)]}
+    catalog["prices"].append(
+        {"provider": "openai-main", "model": CLASSIFIER_UPSTREAM, "effective_from": "2025-01-01", "usd_per_mtok": {"input": "1", "output": "2"}}
+    )
+    tenants = copy.deepcopy(TENANTS)
+    tenants["teams"]["eng"]["models"] = team_models or ["claude-*", "tier-*"]
+    intent = intent_data([router(classifier={"model": "tier-classifier", "min_confidence": min_confidence, "max_tokens": 24})])
+    document = yaml.safe_dump(json.loads(json.dumps(intent)))
+    return write_bundle(directory, tenants=tenants, catalog=catalog, revision="intent-classifier", extra={"portcullis/intent/data.yaml": document})
+
+
+def test_a_confident_classifier_chooses_the_tier_and_is_charged(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "bundle"))
+    fakes.openai_main.script(CLASSIFIER_UPSTREAM, Reply(text='{"tier": "frontier", "confidence": 0.93}', input_tokens=50, output_tokens=10))
+    response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=16, messages=[user(TRIVIAL)])
+    assert response.parse().model == FRONTIER_UPSTREAM  # the rules alone would have said light
+    [asked] = fakes.openai_main.requests_for(CLASSIFIER_UPSTREAM)
+    assert TRIVIAL in json.dumps(asked.json) and "frontier: claude-opus-4-8; light: claude-haiku-4-5; standard: claude-sonnet-4-5" in json.dumps(asked.json)
+    request_id = response.headers["x-portcullis-request-id"]
+    view = intent_view(gateway, request_id)
+    assert (view["tier"], view["by"]) == ("frontier", "classifier")
+    outcome = gateway.outcome(request_id)
+    assert outcome["charged_micro_usd"] == outcome["cost_micro_usd"] + 70  # the sub-call is on the request's bill: 50 in at $1, 10 out at $2 per Mtok
+    # The tier is pinned: the next turn asks no classifier.
+    later = [user(TRIVIAL), {"role": "assistant", "content": "Done."}, user("and the other file?")]
+    assert claude(gateway).messages.create(model="sonnet", max_tokens=16, messages=later).model == FRONTIER_UPSTREAM
+    assert len(fakes.openai_main.requests_for(CLASSIFIER_UPSTREAM)) == 1
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [Reply(text='{"tier": "frontier", "confidence": 0.4}'), Reply(text="I think it is hard."), Reply(text='{"tier": "premium", "confidence": 1}'), Fail(500)],
+    ids=["unsure", "unreadable", "unknown-tier", "failing"],
+)
+def test_an_unsure_or_failing_classifier_leaves_the_tier_to_the_rules(behaviour: object, tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "bundle"))
+    fakes.openai_main.script(CLASSIFIER_UPSTREAM, *([behaviour] * 3))
+    response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=16, messages=[user(TRIVIAL)])
+    assert response.status_code == 200 and response.parse().model == HAIKU_UPSTREAM
+    view = intent_view(gateway, response.headers["x-portcullis-request-id"])
+    assert (view["tier"], view["by"]) == ("light", "rule")
+    assert TRIVIAL not in gateway.logs()
+
+
+def test_a_team_that_may_not_use_the_classifier_model_is_routed_by_the_rules(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "bundle", team_models=["claude-*"]))
+    response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=16, messages=[user(TRIVIAL)])
+    assert response.parse().model == HAIKU_UPSTREAM and not fakes.openai_main.requests_for(CLASSIFIER_UPSTREAM)
+    assert intent_view(gateway, response.headers["x-portcullis-request-id"])["by"] == "rule"

@@ -50,6 +50,10 @@ def load(tmp_path: Path, intent: dict[str, Any]) -> ActiveBundle:
         (intent_data([router(classifier={"model": "claude-nano", "min_confidence": 0.8})]), "classifier model 'claude-nano' is not served by the catalog"),
         (intent_data(keyword_sets={"bad": ["--"]}, routers=[]), "intent keyword_sets: keyword '--' has no letter or digit"),
         (
+            intent_data([router(classifier={"model": "claude-haiku-4-5", "min_confidence": 0.8})]),
+            "classifier model 'claude-haiku-4-5' has no internal target (it reads raw text)",
+        ),
+        (
             intent_data(
                 [router(rules=[{"tier": "light", "when": {"max_words": 3}}])],
             ),
