@@ -19,7 +19,9 @@ router := {
 
 everyone := object.union(router, {"name": "everyone", "teams": ["*"], "models": ["claude-sonnet-4-5", "gpt-4o-mini"], "rules": []})
 
-intent := {"routers": [router, everyone], "keyword_sets": {"design": ["design"], "security": ["security"], "mechanical": ["rename"]}}
+# Only the routers are read by the policy (keyword sets are matched by the gateway).
+# Mocked at their own path: mocking the package document would replace its rules in OPA.
+routers := [router, everyone]
 
 features(overrides) := object.union(
 	{"input_tokens": 512, "tools": 0, "turns": 1, "first_turn": true, "reasoning": false, "client": "anthropic-sdk", "text_chars": 120, "code": false, "keywords": []},
@@ -29,12 +31,12 @@ features(overrides) := object.union(
 payments := {"team": "payments", "user": null, "key_id": "k"}
 
 propose(principal, model, facts) := proposal if {
-	proposal := data.portcullis.intent.proposal(principal, {"model": model}, model, facts) with data.portcullis.intent as intent
+	proposal := data.portcullis.intent.proposal(principal, {"model": model}, model, facts) with data.portcullis.intent.routers as routers
 }
 
 test_a_request_no_router_covers_is_not_routed if {
 	propose(payments, "claude-opus-4-8", {"features": features({})}) == null
-	data.portcullis.intent.proposal(payments, {}, "claude-sonnet-4-5", {"features": features({})}) == null with data.portcullis.intent as {}
+	data.portcullis.intent.proposal(payments, {}, "claude-sonnet-4-5", {"features": features({})}) == null with data.portcullis.intent.routers as []
 }
 
 test_the_first_router_covering_the_team_and_model_applies if {
@@ -93,7 +95,7 @@ test_an_unsure_failed_or_unknown_classifier_leaves_it_to_the_rules if {
 test_a_classifier_counts_only_for_a_router_that_declares_one if {
 	plain := object.union(object.remove(everyone, ["classifier"]), {"rules": [{"tier": "standard", "when": {}}]})
 	facts := {"features": features({}), "classifier": {"tier": "light", "confidence": 1}}
-	proposal := data.portcullis.intent.proposal({"team": "research", "user": null}, {}, "claude-sonnet-4-5", facts) with data.portcullis.intent as {"routers": [plain]}
+	proposal := data.portcullis.intent.proposal({"team": "research", "user": null}, {}, "claude-sonnet-4-5", facts) with data.portcullis.intent.routers as [plain]
 	[proposal.tier, proposal.by] == ["standard", "rule"]
 }
 
@@ -135,7 +137,7 @@ tenants := {"teams": {"payments": {"models": ["claude-sonnet-*", "claude-haiku-*
 
 decide(facts) := plan if {
 	plan := data.portcullis.decision with input as {"principal": payments, "request": {"protocol": "anthropic_messages", "model": "sonnet", "stream": false, "requires": []}, "facts": facts}
-		with data.portcullis.intent as intent
+		with data.portcullis.intent.routers as routers
 		with data.portcullis.catalog as catalog
 		with data.portcullis.tenants as tenants
 }
