@@ -103,9 +103,10 @@ def test_the_tier_stays_pinned_across_turns_even_when_a_later_turn_looks_differe
     assert (view["tier"], view["pinned"], view["by"]) == ("light", True, "pin")
 
 
-def test_the_client_session_id_pins_the_tier_whatever_the_messages(routed: GatewayProcess, fakes: Fakes) -> None:
+@pytest.mark.parametrize("header", ["x-portcullis-session-id", "x-claude-code-session-id"])
+def test_the_client_session_id_pins_the_tier_whatever_the_messages(header: str, routed: GatewayProcess, fakes: Fakes) -> None:
     session = f"conv-{uuid.uuid4().hex}"
-    client = claude(routed, **{"x-portcullis-session-id": session})
+    client = claude(routed, **{header: session})
     client.messages.create(model="sonnet", max_tokens=16, messages=[user(HARD)])
     # A compacted conversation: its first message changed, its session did not.
     response = client.messages.with_raw_response.create(model="sonnet", max_tokens=16, messages=[user("thanks!")])
