@@ -148,8 +148,12 @@ _serve(team, granted, requires, model) := route if {
 # One layer's proposal ({"model", and what the layer says of it}, or null) applied to
 # the route so far: {"route", "layers": [its record]}. Restrict-only: a substitute the
 # principal may not use, or that has no authorised target, never replaces the model.
+# A proposal of the model so far changes nothing but is recorded (from == to): the
+# tier it names is part of the decision (the intent layer pins it to the session).
 _substitute(granted, requires, team, current, layer, proposal) := {"route": current, "layers": []} if {
 	not _proposes(granted, current, proposal)
+} else := {"route": current, "layers": [object.union(proposal, {"layer": layer, "from": current.model, "to": current.model, "applied": true})]} if {
+	proposal.model == current.model
 } else := _substituted(
 	current,
 	substitute,
@@ -162,7 +166,6 @@ _substitute(granted, requires, team, current, layer, proposal) := {"route": curr
 # Only a request the principal may make is routed further: L2 refusals stop the stack.
 _proposes(granted, current, proposal) if {
 	proposal != null
-	proposal.model != current.model
 	granted.models[current.model]
 }
 
@@ -187,10 +190,15 @@ _routing(requested, model, layers) := {"layers": layers, "substituted_from": nul
 } else := {
 	"layers": layers,
 	"substituted_from": requested,
-	"layer": [record.layer | some record in layers; record.applied][_last(layers)],
+	"layer": [record.layer | some record in layers; _changed(record)][_last(layers)],
 }
 
-_last(layers) := count([record | some record in layers; record.applied]) - 1
+_last(layers) := count([record | some record in layers; _changed(record)]) - 1
+
+_changed(record) if {
+	record.applied
+	record.from != record.to
+}
 
 # Why a candidate was refused, for the plan and the audit record.
 _rejections(granted, requires, unserved, candidate) := array.concat(
