@@ -101,8 +101,7 @@ _authorise(principal, request, model, facts) := plan if {
 	granted := data.portcullis.access.entitlements(principal)
 	requires := object.get(request, "requires", [])
 	requested := _serve(principal.team, granted, requires, model)
-	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, model, facts))
-	routed := _substitute(granted, requires, principal.team, by_intent.route, "budget_tier", data.portcullis.budget_tiers.proposal(principal, request, by_intent.route.model, facts))
+	routed := _routed(principal, request, granted, requires, requested, facts)
 	route := routed.route
 	integrity := data.portcullis.integrity.for_principal(principal)
 	refused_tools := data.portcullis.integrity.tools_refused(integrity, object.get(request, "tools", []))
@@ -119,8 +118,20 @@ _authorise(principal, request, model, facts) := plan if {
 		data.portcullis.pii.for_principal(principal),
 		integrity,
 		route.guardrails.guardrail,
-		_routing(model, route.model, array.concat(by_intent.layers, routed.layers)),
+		_routing(model, route.model, routed.layers),
 	)
+}
+
+# The layers that may substitute the model, L4 intent then L3 budget tiers, each on the
+# route so far: {"route", "layers": what each proposed}. They decide from facts only,
+# so a request the gateway measured nothing for (no router or budget tier covers it)
+# is not routed, and costs nothing more.
+_routed(principal, request, granted, requires, requested, facts) := {"route": requested, "layers": []} if {
+	facts == {}
+} else := {"route": by_budget.route, "layers": array.concat(by_intent.layers, by_budget.layers)} if {
+	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, requested.model, facts))
+	model := by_intent.route.model
+	by_budget := _substitute(granted, requires, principal.team, by_intent.route, "budget_tier", data.portcullis.budget_tiers.proposal(principal, request, model, facts))
 }
 
 # A model's candidates and which of them this principal and request may use.
