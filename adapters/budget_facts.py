@@ -14,7 +14,6 @@ import logging
 from typing import Any, ClassVar
 
 from portcullis.adapters.pipeline import Clock, Exchange, FactSource, utc_now
-from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Ledger
 
 log = logging.getLogger("portcullis.budget_tiers")
@@ -36,7 +35,7 @@ class BudgetFacts(FactSource):
         key = read.key(exchange.principal.as_input(), self._clock())
         try:
             peaks = await self._ledger.peaks([key])
-        except (StoreUnavailable, OSError) as error:
+        except Exception as error:  # StoreUnavailable, a driver's error: never the request's failure
             # Unknown utilisation means no tier: the budget's own limits still hold at reserve.
             log.warning("budget tiers: the utilisation of %s could not be read (%s)", read.budget, type(error).__name__)
             return None
