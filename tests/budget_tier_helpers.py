@@ -49,14 +49,16 @@ def yellow_then_red(substitute: str = CHEAP) -> list[dict[str, Any]]:
     ]
 
 
-def tiered_bundle(directory: Path, tiers_by_team: dict[str, list[dict[str, Any]]], period: str = "CalendarMonth", revision: str = "tiers-1") -> Path:
-    """Each team gets a ``<team>-cap`` budget of $1.00 and the given tiers on it."""
+def tiered_bundle(
+    directory: Path, tiers_by_team: dict[str, list[dict[str, Any]]], period: str = "CalendarMonth", revision: str = "tiers-1", limit_usd: str = LIMIT_USD
+) -> Path:
+    """Each team gets a ``<team>-cap`` budget (of $1.00 unless told) and the given tiers on it."""
     tenants = deep_copy(TENANTS)
     rules: dict[str, Any] = {}
     configs: dict[str, Any] = {}
     for team, tiers in tiers_by_team.items():
         tenants["teams"][team] = {"models": [TIERED, CHEAP]}
-        rules[f"{team}-cap"] = {"subject": {"team": team}, "budget": {"limit_usd": LIMIT_USD, "period": period}}
+        rules[f"{team}-cap"] = {"subject": {"team": team}, "budget": {"limit_usd": limit_usd, "period": period}}
         configs[team] = {"budget": f"{team}-cap", "tiers": tiers}
     document = yaml.safe_dump(json.loads(json.dumps({"teams": configs})))
     return write_bundle(directory, tenants, tiered_catalog(), revision=revision, governance=rules, extra={"portcullis/budget_tiers/data.yaml": document})

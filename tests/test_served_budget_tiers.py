@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 import redis
@@ -30,7 +31,7 @@ from tests.budget_tier_helpers import (
     tiered_bundle,
     yellow_then_red,
 )
-from tests.conftest import Fakes, GatewayProcess, Services
+from tests.conftest import Fakes, GatewayProcess, Services, wait_for
 from tests.fakes import Reply
 from tests.governance_helpers import shared, unique_team
 
@@ -195,3 +196,15 @@ def test_replicas_on_the_shared_store_agree_and_keep_the_tier(tmp_path: Path, fr
     assert reply.headers[FALLBACK] == TIERED
     assert started(second, reply)["decision"]["routing"][0]["tier"] == "yellow"
     assert int(client.get(key + b":peak")) >= 81 * 10_000
+
+
+def test_a_revision_that_raises_the_limit_applies_from_the_next_request(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    team = unique_team()
+    bundle = tiered_bundle(tmp_path / "b", {team: yellow_then_red()}, revision="tiers-1")
+    gateway = fresh_gateway(bundle=bundle)
+    fakes.anthropic_us.script(TIERED_UPSTREAM, Reply(output_tokens=85 * TOKENS_PER_PERCENT))
+    send(gateway, team, 85 * TOKENS_PER_PERCENT)
+    assert_yellow(gateway, send(gateway, team, 10), f"{team}-cap")
+    tiered_bundle(bundle, {team: yellow_then_red()}, revision="tiers-2", limit_usd="2.00")  # the same peak is now 42 %
+    assert wait_for(lambda: httpx.get(f"{gateway.url}/readyz").json()["bundle"]["revision"] == "tiers-2")
+    assert_untiered(gateway, send(gateway, team, 10))
