@@ -50,6 +50,19 @@ def test_the_peak_keeps_the_highest_value_the_counter_held(with_ledger) -> None:
     with_ledger(body)
 
 
+def test_a_settlement_above_the_bound_raises_the_peak(with_ledger) -> None:
+    """A reconciliation with the provider's usage can charge more than the bound."""
+    team = "peaks-f"
+
+    async def body(ledger: Any) -> None:
+        res = reservation(team, bound=30_000)
+        await ledger.reserve(res)
+        await ledger.settle(res.id, res.charge_records(), settled(res, 45_000))
+        assert await ledger.peaks([cost_key(res)]) == {cost_key(res): 45_000}
+
+    with_ledger(body)
+
+
 def test_a_refused_reservation_raises_no_peak(with_ledger) -> None:
     team = "peaks-b"
 

@@ -120,7 +120,7 @@ for i = 2, #KEYS do
   if redis.call('EXISTS', key) == 1 and ((not window) or redis.call('ZSCORE', key .. ':log', id)) then
     if window then redis.call('HINCRBY', key .. ':amounts', id, delta) end
     after[i - 1] = redis.call('INCRBY', key, delta)
-    if not window then raise_peak(key, after[i - 1]) end
+    if (not window) and tonumber(delta) > 0 then raise_peak(key, after[i - 1]) end  -- a fall leaves the peak
   else
     after[i - 1] = -1
   end

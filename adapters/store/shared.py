@@ -9,7 +9,9 @@ drops what has left the window before it checks.
 
 Redis is a cache of the ledger: a counter Redis does not have (a new period, a rule
 added mid-period, a flushed or replaced Redis) is loaded from PostgreSQL's
-reservations before the script admits anything against it.
+reservations before the script admits anything against it. A calendar counter's
+high-water mark (``…:peak``, what budget tiers read) rises in the same scripts and is
+rebuilt with it, by replaying the period's reservations in time order.
 """
 
 from __future__ import annotations
