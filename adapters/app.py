@@ -22,6 +22,7 @@ from portcullis.adapters import offload
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.aws_credentials import configured_seal
+from portcullis.adapters.budget_facts import BudgetFacts
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.count_limit import count_limit
@@ -132,7 +133,12 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     # What the routing layers decide from, gathered before the policy decides (input.facts).
     routers = BundleRouters()
     # In this order: the classifier reads the features and the session's pin.
-    facts: tuple[FactSource, ...] = (FeatureSource(routers), SessionPin(store.sessions, routers), IntentClassifier(dispatcher, governance, routers))
+    facts: tuple[FactSource, ...] = (
+        FeatureSource(routers),
+        SessionPin(store.sessions, routers),
+        IntentClassifier(dispatcher, governance, routers),
+        BudgetFacts(store.ledger, clock),
+    )
     gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits, facts=facts)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 

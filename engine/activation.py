@@ -20,6 +20,7 @@ from typing import Any
 import re2
 
 from portcullis.engine import schemas
+from portcullis.engine.budget_tiers import budget_reads, budget_tier_problems
 from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
 from portcullis.engine.context_fit import Screen
@@ -65,6 +66,7 @@ class ActiveBundle:
         self.prices = prices
         self.scanner = scanner or Scanner([])
         self.endpoints = endpoints  # endpoint picking in self-hosted pools (routing layer L7)
+        self.budget_reads = budget_reads(bundle.data.get("portcullis"))  # the counters L3's tiers read, per team
         # A decision is a pure function of its input and this bundle, so equal inputs
         # share one evaluation, unless a module reads the clock or randomness.
         self.caches_decisions = policy.deterministic
@@ -170,6 +172,7 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         problems += detector_problems(data.get("pii"), data["catalog"], detectors)
     problems += integrity_problems(data.get("integrity"))
     problems += intent_problems(data.get("intent"), data["catalog"], list(data["tenants"]["teams"]))
+    problems += budget_tier_problems(data)
     if problems:
         raise BundleError("; ".join(problems))
     try:

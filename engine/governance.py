@@ -43,7 +43,7 @@ class CounterLimit:
             return micro_usd(str(value)) if entry["metric"] == COST else int(value)
 
         return cls(
-            scope=_fill(entry["scope"], principal),
+            scope=fill_scope(entry["scope"], principal),
             metric=entry["metric"],
             period=entry["period"],
             block=amount(entry["block"]),
@@ -80,7 +80,7 @@ class Limits:
         return any(counter.block is not None for counter in self.counters)
 
 
-def _fill(scope: str, principal: Mapping[str, Any]) -> str:
+def fill_scope(scope: str, principal: Mapping[str, Any]) -> str:
     """A scope with the request's ids in place of the policy's `{user}` / `{key}`."""
     if "{" not in scope:
         return scope
@@ -257,3 +257,10 @@ def reached_thresholds(charge: Mapping[str, Any], value: int) -> list[int]:
 
 # Counter instances are kept a little past their period so late settlements land.
 _GRACE = {MINUTE: dt.timedelta(minutes=2), DAY: dt.timedelta(days=2), MONTH: dt.timedelta(days=35)}
+
+
+def instance_expiry(instance: str) -> dt.datetime:
+    """When a calendar counter instance (``M2026-11``) can be forgotten: as ``charges``
+    sets it, for a store that loads the counter without a charge at hand."""
+    _, end = period_range(instance)
+    return end + _GRACE[DAY if instance.startswith("d") else MONTH]

@@ -118,6 +118,13 @@ class Ledger(Protocol):
 
     async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]: ...
 
+    async def peaks(self, keys: list[str]) -> dict[str, int]:
+        """The highest value each counter instance has held (its high-water mark), for
+        the instances that exist; one call whatever the number of keys. Reservations and
+        settlements raise it in the same atomic step that moves the counter, so it is
+        never below any value the counter held."""
+        ...
+
     async def close(self) -> None: ...
 
 

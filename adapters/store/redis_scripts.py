@@ -5,6 +5,17 @@ from __future__ import annotations
 
 from portcullis.engine.governance import WINDOW_MS
 
+# A calendar counter's high-water mark (``<key>:peak``) rises with it in the same script
+# and expires with it, so a budget tier reached in a period holds until the period ends.
+RAISE_PEAK = """
+local function raise_peak(key, value)
+  local peak = redis.call('GET', key .. ':peak')
+  if peak and tonumber(peak) >= value then return end
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then redis.call('SET', key .. ':peak', value, 'PX', ttl) else redis.call('SET', key .. ':peak', value) end
+end
+"""
+
 # KEYS: counters, then the reservation's marker (set when it is admitted, so a command
 # the client re-sends after a lost reply — redis-py retries connection errors once — is
 # answered "ok" without counting the reservation twice). ARGV per counter (5 each): amount, block (-1: none), hard (1/0), warn (-1: none),
@@ -12,7 +23,7 @@ from portcullis.engine.governance import WINDOW_MS
 # total, ``<key>:log`` (a sorted set: reservation id by time) and ``<key>:amounts`` its entries.
 # Returns {"missing", i...} | {"blocked", i, ms until it fits (-1: not a window)} | {"ok", warned i...};
 # indices are 1-based.
-RESERVE = """
+RESERVE = RAISE_PEAK + """
 local n = #KEYS - 1
 local marker = KEYS[#KEYS]
 if redis.call('EXISTS', marker) == 1 then return {'ok'} end
@@ -66,7 +77,8 @@ local warned = {'ok'}
 for i = 1, n do
   local key = KEYS[i]
   local amount, warn = tonumber(ARGV[5 * i - 4]), tonumber(ARGV[5 * i - 1])
-  redis.call('INCRBY', key, amount)
+  local after = redis.call('INCRBY', key, amount)
+  if ARGV[5 * i] ~= '1' then raise_peak(key, after) end
   if ARGV[5 * i] == '1' then
     redis.call('ZADD', key .. ':log', now, id)
     redis.call('HINCRBY', key .. ':amounts', id, amount)
@@ -98,8 +110,8 @@ return 1
 # KEYS[1]: the settlement marker, then counters. ARGV: marker ttl, reservation id, then per
 # counter a delta and window (1/0). Applies the deltas once per marker — to a window only
 # while the reservation's entry is still in it; returns each counter's new value (-1: not
-# moved) or {} on replay.
-SETTLE = """
+# moved) or {} on replay. A calendar counter's peak rises with it.
+SETTLE = RAISE_PEAK + """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return {} end
 local id = ARGV[2]
 local after = {}
@@ -108,6 +120,7 @@ for i = 2, #KEYS do
   if redis.call('EXISTS', key) == 1 and ((not window) or redis.call('ZSCORE', key .. ':log', id)) then
     if window then redis.call('HINCRBY', key .. ':amounts', id, delta) end
     after[i - 1] = redis.call('INCRBY', key, delta)
+    if (not window) and tonumber(delta) > 0 then raise_peak(key, after[i - 1]) end  -- a fall leaves the peak
   else
     after[i - 1] = -1
   end

@@ -9,7 +9,9 @@ drops what has left the window before it checks.
 
 Redis is a cache of the ledger: a counter Redis does not have (a new period, a rule
 added mid-period, a flushed or replaced Redis) is loaded from PostgreSQL's
-reservations before the script admits anything against it.
+reservations before the script admits anything against it. A calendar counter's
+high-water mark (``…:peak``, what budget tiers read) rises in the same scripts and is
+rebuilt with it, by replaying the period's reservations in time order.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from redis.exceptions import RedisError
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
 from portcullis.adapters.store.redis_scripts import LOAD_WINDOW, RESERVE, SETTLE
-from portcullis.engine.governance import COST, REQUESTS, TOKENS, WINDOW, WINDOW_MS, Verdict, period_range, reached_thresholds, windowed
+from portcullis.engine.governance import COST, REQUESTS, TOKENS, WINDOW, WINDOW_MS, Verdict, instance_expiry, period_range, reached_thresholds, windowed
 
 _INSERT_RESERVATION = insert_reservation_sql("%s")
 
@@ -190,28 +192,50 @@ class SharedLedger:
         value = await self._redis.get(self._key(key))
         return int(value) if value is not None else 0
 
+    async def peaks(self, keys: list[str]) -> dict[str, int]:
+        """One MGET. A peak Redis does not have (a new period, a flushed or replaced Redis)
+        is loaded with its counter from PostgreSQL first, as a reservation would."""
+        if not keys:
+            return {}
+        peak_keys = [f"{self._key(key)}:peak" for key in keys]
+        try:
+            values = await self._redis.mget(peak_keys)
+            missing = [key for key, value in zip(keys, values, strict=True) if value is None and not key.endswith(f"|{WINDOW}")]
+            if missing:
+                for key in missing:
+                    await self._load_counter(key, instance_expiry(key.rsplit("|", 1)[1]))
+                values = await self._redis.mget(peak_keys)
+        except RedisError as error:
+            raise StoreUnavailable(f"the counters are unavailable: {type(error).__name__}") from None
+        return {key: int(value) for key, value in zip(keys, values, strict=True) if value is not None}
+
     async def close(self) -> None:
         return None  # the connections belong to the store
 
     async def _load(self, charge: Any, now: dt.datetime) -> None:
-        """Put a counter Redis lacks back from the durable record of its period."""
-        scope, metric, instance = charge.key.split("|")
-        if instance == WINDOW:
+        """Put a counter Redis lacks back from the durable record of its period, with its
+        high-water mark: the period's reservations replayed in time order (each adds its
+        bound when made, and moves to its final amount when resolved)."""
+        if charge.key.endswith(f"|{WINDOW}"):
             return await self._load_window(charge, now)
+        await self._load_counter(charge.key, charge.expires_at)
+
+    async def _load_counter(self, key: str, expires_at: dt.datetime) -> None:
+        scope, metric, instance = key.split("|")
         start, end = period_range(instance)
         where, params = _scope_predicate(scope)
+        bound, final = _METRIC_COLUMNS[metric]
         try:
             async with self._pool.connection() as connection:
-                cursor = await connection.execute(
-                    f"SELECT count(*), coalesce(sum(tokens), 0), coalesce(sum(cost_micro_usd), 0) FROM reservations"
-                    f" WHERE {where} AND created_at >= %s AND created_at < %s",
-                    (*params, start, end),
-                )
-                requests, tokens, cost = await cursor.fetchone()
+                cursor = await connection.execute(_LOAD_SQL.format(where=where, bound=bound, final=final), (*params, start, end))
+                value, peak = await cursor.fetchone()
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
-        value = {REQUESTS: requests, TOKENS: tokens, COST: cost}[metric]
-        await self._redis.set(self._key(charge.key), int(value), nx=True, exat=int(charge.expires_at.timestamp()))
+        expires = int(expires_at.timestamp())
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._key(key), int(value), nx=True, exat=expires)
+            pipe.set(f"{self._key(key)}:peak", max(int(peak), int(value)), nx=True, exat=expires)
+            await pipe.execute()
 
     async def _load_window(self, charge: Any, now: dt.datetime) -> None:
         """Rebuild a window Redis lacks from the reservations made in the 60 seconds before ``now``."""
@@ -257,6 +281,27 @@ class SharedLedger:
         except (psycopg.Error, TimeoutError):
             log.error("budget threshold events could not be recorded; they fire on a later settlement")
         return fired
+
+
+# What a reservation charges a counter of each metric: when made, then once resolved.
+_METRIC_COLUMNS = {REQUESTS: ("1", "1"), TOKENS: ("bound_tokens", "tokens"), COST: ("bound_micro_usd", "cost_micro_usd")}
+
+# A counter's value and high-water mark from its period's reservations: every
+# reservation adds its bound when it is made and moves to what it is charged now when
+# it is resolved; the running sum of those steps, in time order, peaks where the
+# counter did (a resolution between, e.g. pending then reconciled, is not kept).
+_LOAD_SQL = """
+WITH charged AS (
+    SELECT created_at, resolved_at, {bound} AS bound, {final} AS final FROM reservations
+    WHERE {where} AND created_at >= %s AND created_at < %s
+), steps AS (
+    SELECT created_at AS at, 0 AS nth, bound AS delta FROM charged
+    UNION ALL SELECT resolved_at, 1, final - bound FROM charged WHERE resolved_at IS NOT NULL
+), running AS (
+    SELECT delta, sum(delta) OVER (ORDER BY at, nth ROWS UNBOUNDED PRECEDING) AS total FROM steps
+)
+SELECT coalesce(sum(delta), 0), coalesce(max(total), 0) FROM running
+"""
 
 
 def _scope_predicate(scope: str) -> tuple[str, tuple[str, ...]]:

@@ -149,9 +149,10 @@ class SqliteLedger:
                 return verdict
             for charge in reservation.charges:
                 self._db.execute(
-                    "INSERT INTO counters (key, value, expires_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT (key) DO UPDATE SET value = value + excluded.value, expires_at = max(expires_at, excluded.expires_at)",
-                    (charge.key, charge.amount, charge.expires_at.isoformat()),
+                    "INSERT INTO counters (key, value, expires_at, peak) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (key) DO UPDATE SET value = value + excluded.value, expires_at = max(expires_at, excluded.expires_at),"
+                    " peak = max(peak, value + excluded.value)",  # every SET reads the row as it was
+                    (charge.key, charge.amount, charge.expires_at.isoformat(), charge.amount),
                 )
                 if windowed(charge.limit.period):
                     self._db.execute("INSERT INTO window_entries VALUES (?, ?, ?, ?)", (charge.key, reservation.id, now_ms, charge.amount))
@@ -189,7 +190,9 @@ class SqliteLedger:
                     ).fetchone()
                     if moved is None:
                         continue
-                after = self._db.execute("UPDATE counters SET value = value + ? WHERE key = ? RETURNING value", (delta, key)).fetchone()
+                after = self._db.execute(
+                    "UPDATE counters SET value = value + ?, peak = max(peak, value + ?) WHERE key = ? RETURNING value", (delta, delta, key)
+                ).fetchone()
                 if after is None:
                     continue  # the counter's period is long over
                 charge = next(c for c in charges if c["key"] == key)
@@ -228,6 +231,11 @@ class SqliteLedger:
     async def counter(self, key: str) -> int:
         row = self._db.execute("SELECT value FROM counters WHERE key = ?", (key,)).fetchone()
         return row[0] if row else 0
+
+    async def peaks(self, keys: list[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        return dict(self._db.execute(f"SELECT key, peak FROM counters WHERE key IN ({','.join('?' * len(keys))})", keys).fetchall())
 
     async def close(self) -> None:
         return None  # the connection belongs to the key store
