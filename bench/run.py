@@ -7,6 +7,10 @@ Prints, on a generated 50-team / 500-user / 40-model bundle with 201 governance 
    fake provider and through the gateway (embedded store), and the latency it adds;
 2. the same chat request through the gateway with the embedded store, with Redis +
    PostgreSQL, and with no governance rules at all;
+   and two chat requests through the gateway with every routing layer on
+   (``bundle_gen.write(routing=True)``) beside the same gateway with them off: one the
+   intent router keeps on its model (the team's budget tier not reached), one it sends
+   to its light tier's model;
 3. what one reservation plus its settlement costs in each ledger, called directly;
 4. the policy decision latency with and without the per-bundle index;
 5. the gateway's resident memory.
@@ -271,12 +275,63 @@ def ledger_costs(database_url: str, redis_url: str, workdir: Path, calls: int) -
     return asyncio.run(main())
 
 
+# Two chat requests for team1 on the routing bundle: gpt-m1 is covered by an intent
+# router for every team (standard tier: gpt-m1, light: gpt-m9) and team1's monthly
+# budget, barely used, has reached no tier.
+ROUTING_CHATS = {
+    "chat, router keeps the model": "Write a paragraph on how our quarterly report numbers compare with the previous year.",
+    "chat, light tier substitutes": "Summarise the quarterly report in three bullet points.",
+}
+
+
+def routing_comparison(workdir: Path, fake_port: int, off: Path, on: Path, duration: int, running: list[Gateway]) -> list[dict[str, Any]]:
+    """The same chat requests through the gateway with the routing layers off (the
+    generated bundle) and on (its routing variant), at concurrency 1 and 16, in one run:
+    each gateway's first answer says which model served (x-portcullis-model-fallback)."""
+    wrk_bin = ensure_wrk()
+    rows = []
+    for label, bundle in (("layers off", off), ("layers on", on)):
+        gateway = Gateway(workdir, f"routing-{label.replace(' ', '-')}", fake_port, bundle, {"kind": "embedded"}, {})
+        running.append(gateway)
+        headers = {"authorization": f"Bearer {gateway.key}"}
+        for scenario, text in ROUTING_CHATS.items():
+            body = {"model": "gpt-m1", "messages": [{"role": "user", "content": text}], "max_tokens": 64}
+            warm = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers, timeout=10)
+            if warm.status_code != 200:
+                sys.exit(f"bench: {scenario} with the {label} answered {warm.status_code}: {warm.text}")
+            served = warm.json().get("model")
+            substituted = warm.headers.get("x-portcullis-model-fallback")
+            for connections in (1, 16):
+                result = wrk(wrk_bin, f"{gateway.url}/v1/chat/completions", body, headers, connections, duration, workdir)
+                rows.append({"gateway": label, "scenario": scenario, "concurrency": connections, "served": served, "substituted": substituted, **result})
+        gateway.stop()
+        running.remove(gateway)
+    return rows
+
+
+def report_routing(rows: list[dict[str, Any]], duration: int) -> None:
+    print(f"\nchat through the gateway, routing layers off vs on (L3 budget tiers, L4 intent + session pin, L5-L7 settings; {duration}s per run):")
+    for row in rows:
+        figures = f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  {row['rps']:7.0f} req/s  errors {row['errors']}"
+        served = f"served {row['served']}" + (f" (header: {row['substituted']})" if row["substituted"] else "")
+        print(f"  {row['gateway']:<10} {row['scenario']:<30} conc {row['concurrency']:>3}: {figures}  {served}")
+    invalid = [row for row in rows if row["errors"]]
+    for row in invalid:
+        print(f"  INVALID: {row['gateway']}, {row['scenario']}, conc {row['concurrency']}: {row['errors']} non-2xx or socket errors")
+    for scenario in ROUTING_CHATS:
+        for connections in (1, 16):
+            pair = {row["gateway"]: row for row in rows if row["scenario"] == scenario and row["concurrency"] == connections}
+            if len(pair) == 2:
+                print(f"  {scenario}, conc {connections}: layers add {pair['layers on']['p50_ms'] - pair['layers off']['p50_ms']:+.2f} ms at p50")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--decisions", type=int, default=20000)
     parser.add_argument("--ledger-calls", type=int, default=2000)
+    parser.add_argument("--only-routing", action="store_true", help="only the routing layers on vs off (section 2's last table)")
     args = parser.parse_args()
     wrk_bin = ensure_wrk()
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -293,6 +348,10 @@ def main() -> None:
             bundle = bundle_gen.write(workdir / "bundle")
             ungoverned = bundle_gen.write(workdir / "bundle-no-rules", rules=False)
 
+            routed = routing_comparison(workdir, fake_port, bundle, bundle_gen.write(workdir / "bundle-routing", routing=True), args.duration, running)
+            if args.only_routing:
+                report_routing(routed, args.duration)
+                return
             gateway = Gateway(workdir, "embedded", fake_port, bundle, {"kind": "embedded"}, {})
             running.append(gateway)
             rows = []
@@ -356,6 +415,7 @@ def main() -> None:
     for row in stores:
         figures = f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  {row['rps']:7.0f} req/s  errors {row['errors']}"
         print(f"  {row['store']:<22} conc {row['concurrency']:>3}: {figures}")
+    report_routing(routed, args.duration)
     print(f"\nreservation + settlement, called directly, {args.ledger_calls} sequential calls:")
     for label, figures in ledger.items():
         print(f"  {label:<42} median {figures['median_us']:7.1f} µs   p99 {figures['p99_us']:7.1f} µs")
@@ -364,7 +424,7 @@ def main() -> None:
         print(f"  {label:<20} median {figures['median_us']:7.1f} µs   p99 {figures['p99_us']:7.1f} µs")
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)
-    document = {"runs": rows, "stores": stores, "ledger": ledger, "rss_mb": rss, "peak_rss_mb": peak, "decisions": decisions}
+    document = {"runs": rows, "stores": stores, "routing": routed, "ledger": ledger, "rss_mb": rss, "peak_rss_mb": peak, "decisions": decisions}
     (results / "latest.json").write_text(json.dumps(document, indent=2))
 
 
