@@ -19,14 +19,11 @@ proposal(principal, _, model, facts) := {
 	"budget": config.budget,
 	"threshold_percent": tier.threshold_percent,
 } if {
-	config := _config(principal.team)
-	percent := facts.budgets[config.budget].percent
+	budgets := facts.budgets # read first: a request without the fact costs one lookup
+	teams := data.portcullis.budget_tiers.teams
+	config := object.get(teams, principal.team, object.get(teams, "*", null)) # a team's own tiers replace the ones every team gets
+	percent := budgets[config.budget].percent
 	reached := [t | some t in config.tiers; t.threshold_percent <= percent; t.substitutions[model]]
 	count(reached) > 0
 	tier := reached[count(reached) - 1]
 } else := null
-
-# A team's own tiers replace the ones every team gets.
-_config(team) := config if {
-	config := data.portcullis.budget_tiers.teams[team]
-} else := data.portcullis.budget_tiers.teams["*"]

@@ -162,7 +162,9 @@ _serve(team, granted, requires, model) := route if {
 # A proposal of the model so far changes nothing but is recorded (from == to): the
 # tier it names is part of the decision (the intent layer pins it to the session).
 _substitute(granted, requires, team, current, layer, proposal) := {"route": current, "layers": []} if {
-	not _proposes(granted, current, proposal)
+	proposal == null # most requests: checked before any call
+} else := {"route": current, "layers": []} if {
+	not granted.models[current.model] # only a request the principal may make is routed further: L2 refusals stop the stack
 } else := {"route": current, "layers": [object.union(proposal, {"layer": layer, "from": current.model, "to": current.model, "applied": true})]} if {
 	proposal.model == current.model
 } else := _substituted(
@@ -172,12 +174,6 @@ _substitute(granted, requires, team, current, layer, proposal) := {"route": curr
 	object.union(proposal, {"layer": layer, "from": current.model, "to": proposal.model}),
 ) if {
 	substitute := _serve(team, granted, requires, proposal.model)
-}
-
-# Only a request the principal may make is routed further: L2 refusals stop the stack.
-_proposes(granted, current, proposal) if {
-	proposal != null
-	granted.models[current.model]
 }
 
 _substituted(current, substitute, [], record) := {"route": substitute, "layers": [object.union(record, {"applied": true})]}

@@ -16,4 +16,5 @@ compiled_index := object.union(data.portcullis.governance.index, {
 	"integrity": data.portcullis.integrity.index,
 	"guardrails": data.portcullis.guardrails.index,
 	"context_fit": data.portcullis.context_fit.index,
+	"intent": data.portcullis.intent.index,
 })

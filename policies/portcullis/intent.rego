@@ -18,18 +18,27 @@ package portcullis.intent
 #   covers (the first whose teams and models name it), or null. Without a pin, the
 #   features must be known: a request whose features could not be measured is not routed.
 proposal(principal, request, model, facts) := object.union(choice, {"model": router.tiers[choice.tier], "router": router.name}) if {
+	count(object.filter(facts, _facts_read)) > 0 # nothing measured for this layer: no router is looked up
 	router := _router(principal.team, model)
 	choice := _choice(router, facts)
 } else := null
 
+_facts_read := ["features", "session", "classifier"]
+
 _router(team, model) := data.portcullis.intent.routers[_covering(team, model)[0]]
 
-_covering(team, model) := [i | some i, router in data.portcullis.intent.routers; _covers(router, team, model)]
+_covering(team, model) := [i | some i in _routers_of(model); _team_in(team, data.portcullis.intent.routers[i].teams)]
 
-_covers(router, team, model) if {
-	model in router.models
-	_team_in(team, router.teams)
-}
+# This package's part of the per-bundle index: for each model a router names, the
+# routers that name it, in order, so a request looks its model up instead of scanning
+# every router (the team is checked on those only).
+index := {"by_model": {model: _naming(model) | some router in data.portcullis.intent.routers; some model in router.models}}
+
+_naming(model) := [i | some i, router in data.portcullis.intent.routers; model in router.models]
+
+_routers_of(model) := object.get(data.portcullis.compiled.intent.by_model, model, []) if {
+	data.portcullis.compiled.intent
+} else := _naming(model)
 
 _team_in(team, teams) if team in teams
 
@@ -56,14 +65,15 @@ _matches(when, features) if {
 	}
 }
 
+# The request's matched keyword sets are few (often none), so they are walked, not the rule's.
 _holds("keywords_any", sets, features) if {
-	some name in sets
-	name in features.keywords
+	some name in features.keywords
+	name in sets
 }
 
 _holds("keywords_none", sets, features) if {
-	every name in sets {
-		not name in features.keywords
+	every name in features.keywords {
+		not name in sets
 	}
 }
 
