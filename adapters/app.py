@@ -22,7 +22,9 @@ from portcullis.adapters import offload
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.aws_credentials import configured_seal
+from portcullis.adapters.breakers import BreakerFacts, Breakers
 from portcullis.adapters.bundles import BundleManager, load_bundle
+from portcullis.adapters.cache_domain import CacheDomainPin
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.count_limit import count_limit
 from portcullis.adapters.dispatch import Dispatcher
@@ -108,7 +110,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
         raise
     bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
     authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
-    dispatcher = Dispatcher(providers, pools, config.max_attempts)
+    breakers = Breakers(store.breakers, audit)
+    dispatcher = Dispatcher(providers, pools, config.max_attempts, breakers)
     governance = Governance(store.ledger, providers, audit, clock)
     classifier = ClassifierDetector(dispatcher, governance)
     pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})
@@ -121,9 +124,10 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     # exactly what goes upstream. Answer guards run in the same order. A token count's
     # own limit comes before them all: a refused count costs no detection work.
     counts = count_limit(store, config.store.redis_prefix, config.count_tokens_per_minute)
-    steps = [counts, pii, integrity, governance]
+    # The cache-domain pin orders the targets before any step sizes or narrows them.
+    steps = [counts, CacheDomainPin(store.sessions), pii, integrity, governance]
     # What the routing layers decide from, gathered before the policy decides (input.facts).
-    facts: tuple[FactSource, ...] = ()
+    facts: tuple[FactSource, ...] = (BreakerFacts(breakers),)
     gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits, facts=facts)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
