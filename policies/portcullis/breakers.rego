@@ -6,8 +6,28 @@
 # a breaker never adds a target.
 package portcullis.breakers
 
+# The gateway leaves the fact out when every breaker is closed, so the common case costs
+# one lookup of the input per call (a rule would cost more: see decision.rego).
+
+# Of the permitted candidates (indexes into candidates), those whose breaker is not open.
+available(permitted, candidates) := permitted if {
+	not input.facts.breakers
+} else := [i | some i in permitted; not _open(candidates[i])]
+
+# Of the permitted candidates, those whose breaker is open.
+unavailable(permitted, candidates) := [] if {
+	not input.facts.breakers
+} else := [candidates[i] | some i in permitted; _open(candidates[i])]
+
+# A rejected candidate's breaker reason: ["breaker_open"] or [].
+rejection(candidate) := [] if {
+	not input.facts.breakers
+} else := ["breaker_open"] if {
+	_open(candidate)
+} else := []
+
 # Whether this candidate's breaker is open (absent facts: every breaker is closed).
-open(candidate) if {
+_open(candidate) if {
 	_states[_target_id(candidate)].state == "open"
 }
 

@@ -128,14 +128,14 @@ _serve(team, granted, requires, model) := route if {
 		}
 	]
 	# L6: a permitted target whose circuit breaker is open sits this request out.
-	authorised := [i | some i in permitted; not data.portcullis.breakers.open(candidates[i])]
+	authorised := data.portcullis.breakers.available(permitted, candidates)
 	route := {
 		"model": model,
 		"guardrails": guardrails,
 		"candidates": candidates,
 		"authorised": authorised,
 		"targets": [candidates[i] | some i in authorised],
-		"unavailable": [candidates[i] | some i in permitted; data.portcullis.breakers.open(candidates[i])],
+		"unavailable": data.portcullis.breakers.unavailable(permitted, candidates),
 	}
 }
 
@@ -197,7 +197,7 @@ _rejections(granted, requires, unserved, candidate) := array.concat(
 		# object.get: `not x in <undefined>` is true in regorus but undefined in OPA
 		array.concat(
 			["capability_unsupported" | some needed in requires; not needed in object.get(candidate, "capabilities", [])],
-			["breaker_open" | data.portcullis.breakers.open(candidate)],
+			data.portcullis.breakers.rejection(candidate),
 		),
 	),
 )
