@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import botocore.exceptions
 import openai
 import pytest
 import yaml
 
+from tests.bedrock_helpers import APAC_ID, CONVERSE, NOVA, SONNET_ID, bedrock_gateway, boto3_client, issue, reference_bundle
 from tests.bundles import write_bundle
-from tests.conftest import Fakes, GatewayProcess, Services
+from tests.conftest import BedrockFakes, Fakes, GatewayProcess, Services
 from tests.fakes import Fail, Reply
 from tests.governance_helpers import shared
 
@@ -217,3 +219,49 @@ def test_a_conversation_stays_in_the_cache_domain_that_served_it(fresh_gateway, 
     assert "cache_domain_pinned" not in started(gateway, request_id)
     records = json.dumps(gateway.audit_records())
     assert "Review this diff" not in records and "And the tests" not in records  # the pin keeps hashes and target names only
+
+
+# --- Bedrock: the reference routing (Seoul, Oregon, Anthropic direct) ------------------------
+
+
+def bedrock_breaker_gateway(tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes, pin: bool = False) -> GatewayProcess:
+    extra = {"portcullis/breakers/data.yaml": yaml.safe_dump({"default": {"consecutive_failures": FAILURES, "open_seconds": OPEN_SECONDS}})}
+    if pin:
+        extra["portcullis/cache_domains/data.yaml"] = yaml.safe_dump({"pin": True})
+    return bedrock_gateway(tmp_path, fakes, bedrock, bundle=reference_bundle(tmp_path / "bundle", extra=extra))
+
+
+def test_every_target_open_is_a_bedrock_service_unavailable(tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes) -> None:
+    gateway = bedrock_breaker_gateway(tmp_path, fakes, bedrock)
+    client = boto3_client(gateway, issue(gateway))
+    bedrock.usw2.script(NOVA, *[Fail(500) for _ in range(FAILURES)])
+    for n in range(FAILURES):  # each its own body: a signed request sent twice in a second is a replay
+        with pytest.raises(botocore.exceptions.ClientError) as failed:
+            client.converse(modelId=NOVA, messages=[{"role": "user", "content": [{"text": f"Say hello {n}."}]}])
+        assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+    with pytest.raises(botocore.exceptions.ClientError) as unavailable:
+        client.converse(modelId=NOVA, **CONVERSE)
+    assert unavailable.value.response["Error"]["Code"] == "ServiceUnavailableException"
+    assert unavailable.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    assert 1 <= int(unavailable.value.response["ResponseMetadata"]["HTTPHeaders"]["retry-after"]) <= OPEN_SECONDS + 1
+    assert len(bedrock.usw2.requests_for(NOVA)) == FAILURES
+
+
+def test_a_bedrock_conversation_stays_in_the_region_that_served_it(tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes) -> None:
+    gateway = bedrock_breaker_gateway(tmp_path, fakes, bedrock, pin=True)
+    client = boto3_client(gateway, issue(gateway))
+    bedrock.apne2.script(APAC_ID, Fail(503))  # Seoul fails once: Oregon serves, and holds the conversation's cache now
+    first_turn = [{"role": "user", "content": [{"text": "Summarise the design doc."}]}]
+    answer = client.converse(modelId=SONNET_ID, messages=first_turn, inferenceConfig={"maxTokens": 64})
+    assert [(a["provider"], a["outcome"]) for a in gateway.outcome(answer["ResponseMetadata"]["HTTPHeaders"]["x-portcullis-request-id"])["attempts"]] == [
+        ("bedrock-apne2", "status_503"),
+        ("bedrock-usw2", "ok"),
+    ]
+    next_turn = [*first_turn, {"role": "assistant", "content": [{"text": "Sure."}]}, {"role": "user", "content": [{"text": "Shorter."}]}]
+    answer = client.converse(modelId=SONNET_ID, messages=next_turn, inferenceConfig={"maxTokens": 64})
+    request_id = answer["ResponseMetadata"]["HTTPHeaders"]["x-portcullis-request-id"]
+    assert attempts(gateway, request_id) == [("bedrock-usw2", "ok")]
+    assert started(gateway, request_id)["cache_domain_pinned"] == f"bedrock-usw2/{SONNET_ID}@us-west-2"
+    assert len(bedrock.apne2.received) == 1 and len(bedrock.usw2.received) == 2
+    answer = client.converse(modelId=SONNET_ID, **CONVERSE)  # another conversation starts where the route does
+    assert attempts(gateway, answer["ResponseMetadata"]["HTTPHeaders"]["x-portcullis-request-id"]) == [("bedrock-apne2", "ok")]
