@@ -17,6 +17,7 @@ every target counts as closed and the request goes on.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -81,21 +82,29 @@ class Breakers:
         self._cache_seconds = cache_seconds
         self._view: BoardView = EMPTY_VIEW
         self._read_at = -math.inf  # on this process's monotonic clock
+        self._reading = asyncio.Lock()
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
     async def view(self) -> BoardView:
-        """The board as last read, read again when older than ``cache_seconds``."""
-        if time.monotonic() - self._read_at < self._cache_seconds:
+        """The board as last read, read again when older than ``cache_seconds`` (by one
+        request: the others arriving meanwhile wait for its reading)."""
+        if self._fresh():
             return self._view
-        try:
-            self._view = await self._board.view()
-        except StoreUnavailable:
-            log.warning("circuit breakers unavailable: the store cannot be reached; every target counts as closed")
-            self._view = EMPTY_VIEW
-        self._read_at = time.monotonic()
+        async with self._reading:
+            if self._fresh():
+                return self._view
+            try:
+                self._view = await self._board.view()
+            except StoreUnavailable:
+                log.warning("circuit breakers unavailable: the store cannot be reached; every target counts as closed")
+                self._view = EMPTY_VIEW
+            self._read_at = time.monotonic()
         return self._view
+
+    def _fresh(self) -> bool:
+        return time.monotonic() - self._read_at < self._cache_seconds
 
     async def facts(self) -> dict[str, Any] | None:
         """``input.facts.breakers``: each breaker that is not closed, by target; an open

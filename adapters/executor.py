@@ -181,7 +181,7 @@ class Executor:
             path=path,
             stream=request.stream and path is None,
             guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
-            breakers=settings_of(exchange.bundle),
+            breakers=settings_of(exchange.bundle) if path is None else None,  # a token count neither tests nor trips breakers
         )
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
