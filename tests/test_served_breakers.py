@@ -27,7 +27,7 @@ import yaml
 from tests.bedrock_helpers import APAC_ID, CONVERSE, NOVA, SONNET_ID, bedrock_gateway, boto3_client, issue, reference_bundle
 from tests.bundles import write_bundle
 from tests.conftest import BedrockFakes, Fakes, GatewayProcess, Services
-from tests.fakes import Fail, Reply
+from tests.fakes import Fail, Reply, StreamError
 from tests.governance_helpers import shared
 
 pytestmark = pytest.mark.served
@@ -162,6 +162,20 @@ def test_every_target_open_is_a_503_with_retry_after_in_each_protocol(fresh_gate
         ("openai_responses", "targets_unavailable"),
     ]
     assert all(r["decision"]["rejected_targets"][0]["reasons"] == ["breaker_open"] for r in denied)
+
+
+def test_streams_that_fail_before_their_first_byte_count(fresh_gateway, fakes: Fakes, tmp_path: Path) -> None:
+    gateway = fresh_gateway(bundle=breaker_bundle(tmp_path / "b"))
+    fakes.anthropic_us.script(SONNET_UPSTREAM, *[StreamError(after=0) for _ in range(FAILURES)])
+    for n in range(FAILURES):
+        with claude(gateway).messages.stream(model="sonnet", max_tokens=8, messages=[{"role": "user", "content": f"stream {n}"}]) as stream:
+            assert "".join(stream.text_stream) == "Hello from the fake provider."  # failed over before anything reached the client
+    assert [e["target"] for e in events(gateway, "breaker_opened")] == [US]
+    with claude(gateway).messages.stream(model="sonnet", max_tokens=8, messages=[{"role": "user", "content": "Hi"}]) as stream:
+        "".join(stream.text_stream)
+        request_id = stream.response.headers["x-portcullis-request-id"]
+    assert attempts(gateway, request_id) == [("anthropic-eu", "ok")]
+    assert len(fakes.anthropic_us.received) == FAILURES
 
 
 def test_client_errors_do_not_count(fresh_gateway, fakes: Fakes, tmp_path: Path) -> None:
