@@ -98,8 +98,11 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     bundle, a missing secret or an unreachable store stops start-up with a clear error.
     ``clock`` is the one every part reads: prices, periods and bundle validity agree."""
     offload.configure(config.request_limits.offload_bytes)
-    providers = {name: build_provider(provider) for name, provider in config.providers.items()}
+    # Built first, so a provider's missing credentials stop start-up before the bundle is
+    # read; a pool of pods reads the active bundle's endpoint policy on each request.
+    providers = {name: build_provider(provider, lambda: bundles.active.endpoints) for name, provider in config.providers.items()}
     active = load_bundle(config, config.provider_regions(), clock().date())
+    bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
     seal = configured_seal(config.aws_credentials)  # a missing or malformed seal key stops start-up here
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
     try:
@@ -108,10 +111,10 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     except BaseException:
         await store.close()
         raise
-    bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
     authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
     breakers = Breakers(store.breakers, audit)
-    dispatcher = Dispatcher(providers, pools, config.max_attempts, breakers)
+    pooled = [name for name, provider in config.providers.items() if provider.pool is not None]
+    dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled, breakers)
     governance = Governance(store.ledger, providers, audit, clock)
     classifier = ClassifierDetector(dispatcher, governance)
     pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})

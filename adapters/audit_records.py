@@ -31,9 +31,19 @@ def refusal_record(exchange: Exchange, stage: str, error: GatewayError) -> dict[
         record["requested_model"] = printable(exchange.request.model)
     if exchange.plan is not None and exchange.bundle is not None:
         record["bundle"] = {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest}
-        record["decision"] = exchange.plan.audit_view()
+        record["decision"] = decision_view(exchange)
     record.update(exchange.audit_started)
     return record
+
+
+def decision_view(exchange: Exchange) -> dict[str, Any]:
+    """The plan's audit view, with the targets steps turned away after it (too small a
+    context window, ...) listed after the ones the policy rejected."""
+    assert exchange.plan is not None
+    view = exchange.plan.audit_view()
+    if exchange.rejected_targets:
+        view["rejected_targets"] = [*view["rejected_targets"], *exchange.rejected_targets]
+    return view
 
 
 def started_record(exchange: Exchange) -> dict[str, Any]:
@@ -48,7 +58,7 @@ def started_record(exchange: Exchange) -> dict[str, Any]:
         "requested_model": printable(exchange.request.model),
         "model": exchange.plan.model,
         "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
-        "decision": exchange.plan.audit_view(),
+        "decision": decision_view(exchange),
         **exchange.audit_started,
     }
 

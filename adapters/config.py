@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from portcullis.adapters.endpoint_config import EndpointConfigError, EndpointPool, endpoint_pool
 from portcullis.engine import schemas
 from portcullis.engine.signing import VerificationKey
 
@@ -60,6 +61,7 @@ class ProviderConfig:
     wire: str = "chat"  # type openai: chat (Chat Completions) | responses (the Responses API)
     region: str | None = None  # type bedrock: the region whose Bedrock Runtime serves (and signs for) the requests
     profile: str | None = None  # type bedrock: the AWS shared-config profile; None: the standard credential chain
+    pool: EndpointPool | None = None  # several endpoints (self-hosted pods) instead of one base_url
 
 
 @dataclass(frozen=True)
@@ -270,6 +272,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             wire=entry.get("wire", "chat"),
             region=entry.get("region"),
             profile=entry.get("profile"),
+            pool=_pool(source, entry),
         )
         for entry in document["providers"]
     }
@@ -367,6 +370,13 @@ def _check_type_fields(source: Path, entry: dict[str, Any]) -> None:
             if field_name in key:
                 where = "" if i == 0 else f"keys[{i - 1}]."
                 raise ConfigError(f"{source}: providers: {name!r}: {where}{field_name} does not apply to type bedrock ({why})")
+
+
+def _pool(source: Path, entry: dict[str, Any]) -> EndpointPool | None:
+    try:
+        return endpoint_pool(entry)
+    except EndpointConfigError as error:
+        raise ConfigError(f"{source}: providers: {entry['name']!r}: {error}") from None
 
 
 def _base_url(entry: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ a half-open one only the request holding its single probe is sent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -60,6 +60,7 @@ class Call:
     guardrail: Mapping[str, str] | None = None  # the provider-side guardrail the policy requires (Bedrock)
     breakers: BreakerSettings | None = None  # the bundle's circuit breakers; None: not consulted, not counted
     probing: Target | None = None  # the target this call holds a half-open breaker's one probe for
+    affinity: str | None = None  # the conversation's key: a pool of pods sends each turn to the same one
 
     def record(self, target: Target, outcome: str, status: int | None = None) -> None:
         attempt = {**target.describe(), "outcome": outcome, "status": status}
@@ -86,11 +87,23 @@ class DispatchFailed(Exception):
 
 
 class Dispatcher:
-    def __init__(self, providers: Mapping[str, Provider], pools: Mapping[str, KeyPool], max_attempts: int, breakers: Breakers | None = None) -> None:
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        pools: Mapping[str, KeyPool],
+        max_attempts: int,
+        pooled: Collection[str] = (),
+        breakers: Breakers | None = None,
+    ) -> None:
         self._providers = providers
         self._pools = pools
         self._max_attempts = max_attempts
+        self._pooled = frozenset(pooled)  # providers with several endpoints, which pick one by a call's affinity
         self._breakers = breakers
+
+    def picks_endpoints(self, targets: Sequence[Target]) -> bool:
+        """Whether a call to ``targets`` may use an affinity key (worth computing)."""
+        return any(target.provider in self._pooled for target in targets)
 
     def protocol_of(self, target: Target, default: str | None = None) -> str:
         """The protocol ``target``'s provider speaks (a provider that speaks any: ``default``)."""
@@ -134,7 +147,8 @@ class Dispatcher:
             if call.guardrail is not None:  # after the client's own: the policy's replaces whatever it sent
                 body = pair.upstream.wire.require_guardrail(body, headers, call.guardrail)
             try:
-                upstream = await provider.send(call.path or pair.upstream.wire.upstream_path(target.model, call.stream), call.query, headers, body)
+                path = call.path or pair.upstream.wire.upstream_path(target.model, call.stream)
+                upstream = await provider.send(path, call.query, headers, body, affinity=call.affinity)
             except UpstreamUnreachable as failure:
                 call.record(target, failure.reason)
                 last_error = unreachable(failure)

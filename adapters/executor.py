@@ -40,6 +40,7 @@ from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
 from portcullis.adapters.upstream_errors import read_json
+from portcullis.engine.conversation import prefix_key
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
 from portcullis.engine.plan import Target
@@ -181,8 +182,18 @@ class Executor:
             path=path,
             stream=request.stream and path is None,
             guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
+            affinity=self._affinity(exchange, targets),
             breakers=settings_of(exchange.bundle) if path is None else None,  # a token count neither tests nor trips breakers
         )
+
+    def _affinity(self, exchange: Exchange, targets: tuple[Target, ...]) -> str | None:
+        """The conversation's prefix key: a provider with several pods sends every turn
+        to the same one (``system_blocks`` is the bundle's endpoint policy). Hashing a
+        long system prompt costs tens of microseconds: done only when a target needs it."""
+        request, principal, bundle = exchange.request, exchange.principal, exchange.bundle
+        if request is None or principal is None or bundle is None or not self._dispatcher.picks_endpoints(targets):
+            return None
+        return prefix_key(principal.team, request.tools, exchange.conversation(), bundle.endpoints.system_blocks)
 
     async def _dispatch(self, exchange: Exchange) -> Response | RelayedStream:
         request = exchange.request

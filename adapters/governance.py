@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portcullis.adapters.audit_log import AuditLog
+from portcullis.adapters.context_fit import judge
 from portcullis.adapters.pipeline import Admission, Clock, Exchange, Step, utc_now
 from portcullis.adapters.protocols.registry import protocol
 from portcullis.adapters.protocols.request import ParsedRequest
@@ -28,6 +29,8 @@ from portcullis.adapters.providers import Provider
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Ledger, Reservation
 from portcullis.engine.activation import ActiveBundle
+from portcullis.engine.context_fit import EXACT, UPPER_BOUND, Sized
+from portcullis.engine.context_fit import refusal as fit_refusal
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.governance import Bound, Limits, bound_for, charges, refusal, settled_amounts
 from portcullis.engine.plan import Target
@@ -64,15 +67,25 @@ class Governance(Step[Metering]):
 
     async def admit(self, exchange: Exchange) -> Admission[Metering]:
         assert exchange.plan is not None and exchange.request is not None and exchange.bundle is not None
+        request, targets = exchange.request, exchange.targets
         # A hard limit needs a real bound: the output is then capped upstream, not just assumed.
         cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
-        bound = await self.size(exchange.bundle, exchange.request, exchange.targets, exchange.day)
+        counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
+        sized = await self._sized(request, targets, counted)
+        # Routing layer L5: only targets that hold the request as it will be sent go on, and are reserved for.
+        verdicts = await judge(exchange.bundle, request, sized, lambda: self._tokens(request, True, counted))
+        fitting = tuple(verdict.target for verdict in verdicts if verdict.fits)
+        exchange.rejected_targets.extend(verdict.rejected() for verdict in verdicts if not verdict.fits)
+        if targets and not fitting:
+            raise fit_refusal(verdicts)
+        bound = self._bound(exchange.bundle, request, [item for item in sized if item.target in fitting], counted, exchange.day)
         metering = await self._reserve(exchange, "main", exchange.plan.limits, bound)
         if metering.warnings:
             exchange.headers[BUDGET_WARNING_HEADER] = "; ".join(f"limit passed: {warning}" for warning in metering.warnings)
         exchange.audit_started.update(_reservation_record(metering))
         bound_tokens = metering.reservation.bound.tokens if metering.reservation is not None else 0
-        return Admission(metering, cap_output=cap_output, bound_tokens=bound_tokens)
+        narrowed = fitting if len(fitting) < len(targets) else None
+        return Admission(metering, cap_output=cap_output, bound_tokens=bound_tokens, targets=narrowed)
 
     async def settle(self, exchange: Exchange, metering: Metering) -> None:
         if metering.reservation is None:
@@ -115,17 +128,34 @@ class Governance(Step[Metering]):
     # --- sizing --------------------------------------------------------------------------
 
     async def size(self, bundle: ActiveBundle, request: ParsedRequest, targets: tuple[Target, ...], day: dt.date) -> Bound:
-        """The bound over every target the plan authorised: input sized the way each
-        target's provider counts, the output ceiling, the target's price."""
-        counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
-        sizes = []
+        """The bound over ``targets``: input sized the way each target's provider counts,
+        the output ceiling, the target's price."""
+        counted: dict[bool, tuple[int, str]] = {}
+        return self._bound(bundle, request, await self._sized(request, targets, counted), counted, day)
+
+    async def _sized(self, request: ParsedRequest, targets: tuple[Target, ...], counted: dict[bool, tuple[int, str]]) -> list[Sized]:
+        """Each target with its input counted the way its provider counts (``counted``
+        keeps one count per method, so the input is sized once per method)."""
+        sized = []
         for target in targets:
             exact = protocol(self._providers[target.provider].protocol_for(target.model, request.protocol) or request.protocol).wire.TOKEN_COUNT_EXACT
-            if exact not in counted:
-                counted[exact] = await self._count(request, exact)
+            sized.append(Sized(target, await self._tokens(request, exact, counted), EXACT if exact else UPPER_BOUND))
+        return sized
+
+    @staticmethod
+    def _bound(bundle: ActiveBundle, request: ParsedRequest, sized: list[Sized], counted: dict[bool, tuple[int, str]], day: dt.date) -> Bound:
+        sizes = []
+        for item in sized:
+            target = item.target
             ceiling = min(request.max_tokens or target.max_output_tokens, target.max_output_tokens) * request.choices
-            sizes.append((counted[exact][0], ceiling, bundle.price_for(target, day)))
-        return bound_for(sizes, "+".join(sorted(method for _, method in counted.values())))
+            sizes.append((item.input_tokens, ceiling, bundle.price_for(target, day)))
+        methods = {counted[item.method == EXACT][1] for item in sized}
+        return bound_for(sizes, "+".join(sorted(methods)))
+
+    async def _tokens(self, request: ParsedRequest, exact: bool, counted: dict[bool, tuple[int, str]]) -> int:
+        if exact not in counted:
+            counted[exact] = await self._count(request, exact)
+        return counted[exact][0]
 
     async def _count(self, request: ParsedRequest, exact: bool) -> tuple[int, str]:
         if len(request.raw) > LARGE_BODY_BYTES:

@@ -73,6 +73,7 @@ class Exchange:
     bundle: ActiveBundle | None = None
     plan: DecisionPlan | None = None
     targets: tuple[Target, ...] = ()  # the plan's targets, as the steps narrowed them
+    rejected_targets: list[dict[str, Any]] = field(default_factory=list)  # targets steps turned away, and why: audited after the plan's
     cap_output: bool = False
     bound_tokens: int = 0
     body_changed: bool = False

@@ -22,6 +22,8 @@ import re2
 from portcullis.engine import schemas
 from portcullis.engine.bundle import Bundle, BundleError, merge_data
 from portcullis.engine.catalog import catalog_problems
+from portcullis.engine.context_fit import Screen
+from portcullis.engine.endpoint_policy import DEFAULT_POLICY, EndpointPolicy
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.policy import integrity_problems
 from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise, rules_read
@@ -36,6 +38,7 @@ DECISION_RULE = "data.portcullis.decision"
 VISIBLE_MODELS_RULE = "data.portcullis.visible_models"
 INJECTION_SCAN_RULE = "data.portcullis.injection_scan"
 TOOL_CALL_RULE = "data.portcullis.tool_call_verdicts"
+CONTEXT_FIT_RULE = "data.portcullis.context_fit_verdicts"
 INDEX_RULE = "data.portcullis.compiled_index"
 PLAN_SAMPLES = 200
 
@@ -44,12 +47,23 @@ DECISION_CACHE_SIZE = 8192
 
 
 class ActiveBundle:
-    def __init__(self, bundle: Bundle, policy: Policy, catalog: Mapping[str, Any], prices: PriceTable, scanner: Scanner | None = None) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        policy: Policy,
+        catalog: Mapping[str, Any],
+        prices: PriceTable,
+        scanner: Scanner | None = None,
+        endpoints: EndpointPolicy = DEFAULT_POLICY,
+        fit_screen: Screen | None = None,
+    ) -> None:
         self.bundle = bundle
+        self.fit_screen = fit_screen  # the context-fit shortcut the bundle allows (engine/context_fit.py)
         self.policy = policy
         self.catalog = catalog
         self.prices = prices
         self.scanner = scanner or Scanner([])
+        self.endpoints = endpoints  # endpoint picking in self-hosted pools (routing layer L7)
         # A decision is a pure function of its input and this bundle, so equal inputs
         # share one evaluation, unless a module reads the clock or randomness.
         self.caches_decisions = policy.deterministic
@@ -108,6 +122,10 @@ class ActiveBundle:
             raise PolicyError(f"{TOOL_CALL_RULE} did not return one verdict per call")
         return verdicts
 
+    def context_fit(self, input_document: Mapping[str, Any]) -> Any:
+        """The bundle's verdict on each sized target (routing layer L5, engine/context_fit.py)."""
+        return self.policy.evaluate(CONTEXT_FIT_RULE, input_document)
+
     @staticmethod
     def tool_call_input(principal: Mapping[str, Any], calls: list[dict[str, Any]], declared: list[str]) -> dict[str, Any]:
         """The input document of the tool-call rule. Arguments reach it normalised as
@@ -162,14 +180,17 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
         if clashes:
             raise BundleError("; ".join(clashes))
         index = _as_data(policy.evaluate(INDEX_RULE, {}))
+        fit_screen = Screen.from_index(index.get("context_fit")) if isinstance(index, dict) else None
         if index is not None:
             policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))
         _check_plans(policy, data)
+        _check_context_fit(policy)
     except PolicyError as error:
         raise BundleError(f"policy error: {error}") from None
     except ScannerError as error:
         raise BundleError(str(error)) from None
-    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner)
+    endpoints = EndpointPolicy.from_data(data.get("endpoints"))
+    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner, endpoints=endpoints, fit_screen=fit_screen)
 
 
 def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:
@@ -219,6 +240,25 @@ def _check_patterns(integrity: Mapping[str, Any] | None) -> None:
         except re2.error:
             raise BundleError(f"integrity rule {rule['id']!r}: its pattern is not RE2 syntax, the dialect OPA reads") from None
     probe.release_thread()
+
+
+_FIT_SAMPLE = {
+    "targets": [{"index": 0, "context_window": 1000, "max_output_tokens": 100, "input_tokens": 10, "method": "estimate"}],
+    "output_tokens": None,
+    "reasoning_tokens": None,
+    "reasoning_effort": None,
+}
+
+
+def _check_context_fit(policy: Policy) -> None:
+    """The context-fit entry point answers one verdict per target, so a bundle without
+    it (or with a broken one) is refused here rather than refusing every request."""
+    try:
+        verdicts = policy.evaluate(CONTEXT_FIT_RULE, _FIT_SAMPLE)
+    except PolicyError as error:
+        raise PolicyError(f"{CONTEXT_FIT_RULE}: {error}") from None
+    if not (isinstance(verdicts, list) and len(verdicts) == 1 and isinstance(verdicts[0], dict) and isinstance(verdicts[0].get("fits"), bool)):
+        raise PolicyError(f"{CONTEXT_FIT_RULE} must return one verdict ({{fits, reasons, ...}}) per target")
 
 
 def _run_own_tests(bundle: Bundle) -> None:

@@ -120,6 +120,8 @@ def write_bundle(
     governance: dict[str, Any] | None = None,
     pii: dict[str, Any] | None = None,
     integrity: dict[str, Any] | None = None,
+    endpoints: dict[str, Any] | None = None,
+    context_fit: dict[str, Any] | None = None,
 ) -> Path:
     """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
     if directory.exists():
@@ -137,11 +139,17 @@ def write_bundle(
     if pii is not None:
         (directory / "portcullis" / "pii").mkdir()
         (directory / "portcullis" / "pii" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"policies": pii}))))
+    if endpoints is not None:
+        (directory / "portcullis" / "endpoints").mkdir()
+        (directory / "portcullis" / "endpoints" / "data.yaml").write_text(yaml.safe_dump(endpoints))
     if integrity is not None:  # the product's scanner and tool rules, with the given policies
         rules = yaml.safe_load((POLICY_SOURCES / "integrity" / "data.yaml").read_text())
         (directory / "portcullis" / "integrity").mkdir()
         document = {"injection_rules": rules["injection_rules"], "tool_rules": rules["tool_rules"], "policies": integrity}
         (directory / "portcullis" / "integrity" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(document))))
+    if context_fit is not None:
+        (directory / "portcullis" / "context_fit").mkdir()
+        (directory / "portcullis" / "context_fit" / "data.yaml").write_text(yaml.safe_dump(context_fit))
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     for name, content in (extra or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)

@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.bundles import CATALOG, TENANTS, deep_copy, write_bundle
 from tests.conftest import Fakes
 from tests.fakes import Hang
 
@@ -94,8 +96,10 @@ def _healthz_during(url: str, send: Any) -> list[float]:
     return [float(line) for line in out.split()]
 
 
-def test_healthz_answers_while_a_huge_body_is_parsed_and_inspected(fresh_gateway: Any, fakes: Fakes) -> None:
-    gateway = fresh_gateway(limits={"max_request_bytes": 16 * 1024 * 1024})
+def test_healthz_answers_while_a_huge_body_is_parsed_and_inspected(fresh_gateway: Any, fakes: Fakes, tmp_path: Path) -> None:
+    catalog = deep_copy(CATALOG)  # a window the 10 MB conversation fits, by its byte bound too, so it is served
+    catalog["models"]["claude-haiku-4-5"]["targets"][0]["context_window"] = 16 * 1024 * 1024
+    gateway = fresh_gateway(bundle=write_bundle(tmp_path / "bundle", deep_copy(TENANTS), catalog), limits={"max_request_bytes": 16 * 1024 * 1024})
     key = gateway.key("eng")
     tools = [{**TOOL, "name": f"tool_{i}"} for i in range(100_000)]
     refused = json.dumps({"model": "haiku", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "tools": tools}).encode()

@@ -65,10 +65,12 @@ class ScriptedProvider:
         self.script = list(script)
         self.sent: list[tuple[dict[str, str], bytes]] = []
         self.paths: list[str] = []
+        self.affinities: list[str | None] = []
 
-    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> MockResponse:
+    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes, affinity: str | None = None) -> MockResponse:
         self.sent.append((headers, body))
         self.paths.append(path)
+        self.affinities.append(affinity)
         status, parts = self.script.pop(0) if self.script else (200, [answer()])
         return MockResponse(status, "application/json", parts)
 
@@ -167,7 +169,7 @@ class Harness:
         self.providers = {"anthropic-us": us, "anthropic-eu": eu, "openai-main": ScriptedProvider("openai-main")}
         self.pools = {name: RecordingPool(name) for name in self.providers}
         self.audit = AuditLog(tmp_path / "audit.jsonl")
-        dispatcher = Dispatcher(self.providers, self.pools, max_attempts=3)  # type: ignore[arg-type]
+        dispatcher = Dispatcher(self.providers, self.pools, max_attempts=3, pooled=["anthropic-us"])  # type: ignore[arg-type]
         self.executor = Executor(Bundles(bundle), Authenticator(), dispatcher, self.audit, steps, 1 << 20, clock=lambda: NOW)  # type: ignore[arg-type]
 
     def run(self, body: bytes = BODY, operation: Operation = Operation.INFERENCE) -> Any:
@@ -262,8 +264,8 @@ def test_a_rate_limited_key_cools_down_and_the_next_target_serves(tmp_path: Path
     limited = json.dumps({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}).encode()
 
     class RateLimited(ScriptedProvider):
-        async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> MockResponse:
-            response = await super().send(path, query, headers, body)
+        async def send(self, path: str, query: str, headers: dict[str, str], body: bytes, affinity: str | None = None) -> MockResponse:
+            response = await super().send(path, query, headers, body, affinity)
             response.headers = {"content-type": "application/json", "retry-after": "7"}
             return response
 
@@ -394,3 +396,24 @@ def test_a_count_refused_by_a_step_is_denied_with_its_operation(tmp_path: Path, 
     assert json.loads(response.body)["error"]["type"] == "rate_limit_error"
     [denied] = harness.events()
     assert denied["event"] == "request_denied" and denied["operation"] == "count_tokens" and denied["stage"] == "admit"
+
+
+def test_every_turn_of_a_conversation_reaches_the_provider_with_one_affinity_key(tmp_path: Path, bundle: Any) -> None:
+    """The key a pool of pods hashes: the team, the tools, the first system texts and the
+    first message, so later turns keep it and another conversation gets another."""
+    harness = Harness(tmp_path, bundle, [], ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
+    first = {"role": "user", "content": "refactor the parser"}
+    turns = [[first], [first, {"role": "assistant", "content": "done"}, {"role": "user", "content": "now the tests"}]]
+    for messages in [*turns, [{"role": "user", "content": "another task"}]]:
+        body = {"model": "sonnet", "max_tokens": 64, "system": "you are terse", "messages": messages}
+        assert harness.run(json.dumps(body).encode()).status_code == 200
+    keys = harness.providers["anthropic-us"].affinities
+    assert len(keys) == 3 and all(isinstance(key, str) and len(key) == 32 for key in keys)
+    assert keys[0] == keys[1] != keys[2]
+
+
+def test_a_call_to_a_provider_without_a_pool_computes_no_affinity_key(tmp_path: Path, bundle: Any) -> None:
+    harness = Harness(tmp_path, bundle, [], ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
+    body = {"model": "claude-haiku-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}]}  # anthropic-eu only
+    assert harness.run(json.dumps(body).encode()).status_code == 200
+    assert harness.providers["anthropic-eu"].affinities == [None]

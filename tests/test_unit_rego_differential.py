@@ -19,7 +19,16 @@ from typing import Any
 
 import pytest
 
-from portcullis.engine.activation import DECISION_RULE, INDEX_RULE, INJECTION_SCAN_RULE, TOOL_CALL_RULE, VISIBLE_MODELS_RULE, ActiveBundle, activate
+from portcullis.engine.activation import (
+    CONTEXT_FIT_RULE,
+    DECISION_RULE,
+    INDEX_RULE,
+    INJECTION_SCAN_RULE,
+    TOOL_CALL_RULE,
+    VISIBLE_MODELS_RULE,
+    ActiveBundle,
+    activate,
+)
 from portcullis.engine.bundle import Bundle, read_bundle_files, split_sources
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.scanner import normalise
@@ -33,6 +42,7 @@ OPA_BINDINGS = "opa-golib-python-bindings==0.4.4"
 DECISIONS_PER_VARIANT = 600
 TOOL_CALL_INPUTS_PER_VARIANT = 150
 PRINCIPALS_PER_VARIANT = 100
+CONTEXT_FIT_INPUTS_PER_VARIANT = 40
 TEXTS = 1500
 VARIANTS = rego_inputs.variants(split_sources(read_bundle_files(ROOT / "policies"))[2]["portcullis"])
 assert len(VARIANTS) * DECISIONS_PER_VARIANT >= 2000  # the brief of the comparison: at least 2,000 generated decisions
@@ -129,6 +139,34 @@ def opa_engine_class() -> Any:
     return _opa_engine_class()
 
 
+def _context_fit_inputs(seed: int, count: int = CONTEXT_FIT_INPUTS_PER_VARIANT) -> list[dict[str, Any]]:
+    """Context-fit inputs around the edges: windows near the counts, every method, with
+    and without an output cap, a declared budget or a named effort."""
+    rng = random.Random(seed)
+    inputs = []
+    for _ in range(count):
+        targets = [
+            {
+                "index": index,
+                "context_window": rng.choice([1000, 4096, 200000]),
+                "max_output_tokens": rng.choice([512, 4096]),
+                "input_tokens": rng.choice([0, 500, 900, 3900, 150000]),
+                "method": rng.choice(["exact", "estimate", "upper_bound"]),
+            }
+            for index in range(rng.randint(0, 3))
+        ]
+        effort = rng.choice([None, "low", "high", "unheard-of"])
+        inputs.append(
+            {
+                "targets": targets,
+                "output_tokens": rng.choice([None, 1, 100, 5000]),
+                "reasoning_tokens": rng.choice([None, 256, 4096]),
+                "reasoning_effort": effort,
+            }
+        )
+    return inputs
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_entry_point_agrees_with_opa(variant: str, opa_engine_class: Any) -> None:
     modules, shipped = shipped_bundle()
@@ -153,12 +191,16 @@ def test_every_entry_point_agrees_with_opa(variant: str, opa_engine_class: Any) 
             # team no integrity policy names the rule yields no verdicts, in both engines
             tool_input = active.tool_call_input(document["principal"], document["calls"], document["declared"])
             differences.check(TOOL_CALL_RULE, document, active.policy.evaluate(TOOL_CALL_RULE, tool_input), opa.evaluate(TOOL_CALL_RULE, tool_input))
+        for fit_input in _context_fit_inputs(sorted(VARIANTS).index(variant)):
+            in_regorus = active.policy.evaluate(CONTEXT_FIT_RULE, fit_input)
+            differences.check(CONTEXT_FIT_RULE, fit_input, in_regorus, opa.evaluate(CONTEXT_FIT_RULE, fit_input))
+            unindexed_differences.check(CONTEXT_FIT_RULE, fit_input, in_regorus, unindexed.evaluate(CONTEXT_FIT_RULE, fit_input))
     finally:
         opa.close()
         unindexed.release_thread()
     assert not differences.found, differences.report()
     assert not unindexed_differences.found, "the per-bundle index changes decisions: " + unindexed_differences.report()
-    assert differences.compared == 1 + DECISIONS_PER_VARIANT + PRINCIPALS_PER_VARIANT + TOOL_CALL_INPUTS_PER_VARIANT
+    assert differences.compared == 1 + DECISIONS_PER_VARIANT + PRINCIPALS_PER_VARIANT + TOOL_CALL_INPUTS_PER_VARIANT + CONTEXT_FIT_INPUTS_PER_VARIANT
 
 
 def test_injection_scan_agrees_with_opa_and_the_fast_path(opa_engine_class: Any) -> None:

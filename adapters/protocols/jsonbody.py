@@ -141,12 +141,12 @@ def optional_bool(body: Mapping[str, Any], name: str) -> bool:
     return value
 
 
-def optional_positive_int(body: Mapping[str, Any], name: str) -> int | None:
+def optional_positive_int(body: Mapping[str, Any], name: str, where: str = "") -> int | None:
     value = body.get(name)
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise invalid(f"{name}: expected a positive integer")
+        raise invalid(f"{where}{name}: expected a positive integer")
     return value
 
 
@@ -180,3 +180,16 @@ def error_message(body: Any) -> str | None:
         body = next(iter(body.values()))
     message = body.get("message", body.get("Message"))
     return message if isinstance(message, str) else None
+
+
+def reasoning_budget(settings: Any, where: str) -> int | None:
+    """The reasoning budget of a ``thinking`` setting turned on (``{"type": "enabled",
+    "budget_tokens": N}``, as Messages and Bedrock's Claude models take it), or None."""
+    if not isinstance(settings, dict) or settings.get("type") != "enabled" or settings.get("budget_tokens") is None:
+        return None
+    return optional_positive_int(settings, "budget_tokens", where)
+
+
+def reasoning_effort(value: Any) -> str | None:
+    """A named reasoning effort (``low``, ``high``, ...), which carries no token number."""
+    return value if isinstance(value, str) and value else None

@@ -5,13 +5,14 @@ dispatches (from its key pool, ``keys.py``), and never forwards the client's."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 from portcullis.adapters.config import ProviderConfig
 from portcullis.adapters.protocols.anthropic_messages import wire as messages_wire
 from portcullis.adapters.protocols.openai_chat import wire as chat_wire
 from portcullis.adapters.protocols.openai_responses import wire as responses_wire
+from portcullis.engine.endpoint_policy import DEFAULT_POLICY, EndpointPolicy
 
 
 class UpstreamUnreachable(Exception):
@@ -39,7 +40,11 @@ class Provider(Protocol):
         (None: the client's, whichever it is: the mock)."""
         ...
 
-    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> UpstreamResponse: ...
+    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes, affinity: str | None = None) -> UpstreamResponse:
+        """``affinity``: the conversation's key, for a provider with several endpoints to
+        send it to the same one each turn (None: no conversation to keep together)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -57,7 +62,8 @@ def protocol_of(config: ProviderConfig) -> str | None:
     return PROTOCOL_OF_TYPE[config.type]
 
 
-def build_provider(config: ProviderConfig) -> Provider:
+def build_provider(config: ProviderConfig, endpoint_policy: Callable[[], EndpointPolicy] = lambda: DEFAULT_POLICY) -> Provider:
+    """``endpoint_policy``: the active bundle's, for a provider with several endpoints."""
     if config.type == "mock":
         from portcullis.adapters.providers.mock import MockProvider
 
@@ -68,4 +74,4 @@ def build_provider(config: ProviderConfig) -> Provider:
         return BedrockProvider(config)
     from portcullis.adapters.providers.http import HttpProvider
 
-    return HttpProvider(config, protocol_of(config))
+    return HttpProvider(config, protocol_of(config), endpoint_policy)

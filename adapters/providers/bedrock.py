@@ -116,7 +116,7 @@ class BedrockProvider:
         nearly untouched); Converse, which every Bedrock model speaks, otherwise."""
         return INVOKE if client in INVOKE_CLIENTS and is_anthropic_model(model) else CONVERSE
 
-    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> HttpResponse:
+    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes, affinity: str | None = None) -> HttpResponse:
         credentials = await self._current()
         url = self._config.base_url + quote(path, safe="/%")  # already encoded; anything left raw is encoded now
         outbound = {name: value for name, value in headers.items() if _forwarded(name)}

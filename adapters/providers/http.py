@@ -1,10 +1,15 @@
 """Providers reached over HTTP. aiohttp, not httpx: under concurrency its client
-proxies several times more requests per second (measured; see the README)."""
+proxies several times more requests per second (measured; see the README).
+
+A provider with a pool of endpoints (self-hosted pods) sends each request to the pod
+its ``PodPool`` puts first. A pod that refuses the connection was sent nothing, so the
+request goes on to the next pod in the pool's order (up to ``POD_TRIES``) and the pod
+rests; any other failure is the dispatcher's, as for one endpoint."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import aiohttp
 from yarl import URL
@@ -12,6 +17,10 @@ from yarl import URL
 from portcullis.adapters import offload
 from portcullis.adapters.config import ProviderConfig
 from portcullis.adapters.providers import UpstreamUnreachable
+from portcullis.adapters.providers.endpoints.pool import PodPool
+from portcullis.engine.endpoint_policy import DEFAULT_POLICY, EndpointPolicy
+
+POD_TRIES = 3
 
 
 class HttpResponse:
@@ -45,11 +54,12 @@ class HttpResponse:
 
 
 class HttpProvider:
-    def __init__(self, config: ProviderConfig, protocol: str | None) -> None:
+    def __init__(self, config: ProviderConfig, protocol: str | None, endpoint_policy: Callable[[], EndpointPolicy] = lambda: DEFAULT_POLICY) -> None:
         self.name = config.name
         self.protocol = protocol
         self._config = config
         self._session: aiohttp.ClientSession | None = None
+        self.pods = PodPool(config.name, config.pool, endpoint_policy) if config.pool is not None else None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -59,11 +69,25 @@ class HttpProvider:
     def protocol_for(self, model: str, client: str | None) -> str | None:
         return self.protocol
 
-    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> HttpResponse:
-        url = f"{self._config.base_url}{path}" + (f"?{query}" if query else "")
-        return await post(self._client(), url, headers, body)
+    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes, affinity: str | None = None) -> HttpResponse:
+        tail = path + (f"?{query}" if query else "")
+        if self.pods is None:
+            return await post(self._client(), f"{self._config.base_url}{tail}", headers, body)
+        await self.pods.start()
+        refused = UpstreamUnreachable("connect")  # no pod known yet: as if refused
+        for endpoint in self.pods.order(affinity)[:POD_TRIES]:
+            try:
+                return await post(self._client(), f"{endpoint}{self.pods.config.base_path}{tail}", headers, body)
+            except UpstreamUnreachable as failure:
+                if failure.reason != "connect":  # it may have been sent: the dispatcher decides
+                    raise
+                self.pods.rest(endpoint)
+                refused = failure
+        raise refused
 
     async def close(self) -> None:
+        if self.pods is not None:
+            await self.pods.close()
         if self._session is not None:
             await self._session.close()
 

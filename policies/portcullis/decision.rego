@@ -63,6 +63,15 @@ injection_scan := [data.portcullis.integrity.scan(text) | some text in input.tex
 # entrypoint: true
 tool_call_verdicts := [data.portcullis.integrity.verdict(input.principal, call) | some call in input.calls]
 
+# METADATA
+# title: Context fit verdicts
+# description: >-
+#   Whether each authorised target holds the transformed request (routing layer L5);
+#   input is {targets: [{index, context_window, max_output_tokens, input_tokens,
+#   method}], output_tokens, reasoning_tokens, reasoning_effort}.
+# entrypoint: true
+context_fit_verdicts := data.portcullis.context_fit.verdicts(input)
+
 # The one place a plan's shape is written: every plan, allowed or refused, is built
 # here. A plan allows exactly when its first reason is "allowed".
 _plan(request, model, reasons, targets, rejected_targets, limits, pii, integrity, guardrail, routing) := {

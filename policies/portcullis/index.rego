@@ -15,4 +15,5 @@ compiled_index := object.union(data.portcullis.governance.index, {
 	"pii": data.portcullis.pii.index,
 	"integrity": data.portcullis.integrity.index,
 	"guardrails": data.portcullis.guardrails.index,
+	"context_fit": data.portcullis.context_fit.index,
 })

@@ -35,7 +35,7 @@ async def handle(fake: FakeProvider, request: Request) -> Response:
     if isinstance(behaviour, Fail):
         return error(behaviour.status, "fake failure", retry_after=behaviour.retry_after)
     reply = echoed(await reply_for(behaviour), payload)
-    completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    completion_id = f"chatcmpl-{fake.id_tag}{uuid.uuid4().hex[:24]}"
     if not payload.get("stream"):
         return json_response(completion(completion_id, payload["model"], reply), {"x-request-id": uuid.uuid4().hex})
     include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))

@@ -34,6 +34,9 @@ class FakeProvider:
         self.default = default or Reply()  # what an unscripted request gets
         self.accepted_keys = {api_key}  # a provider account can hold several keys
         self.name = name
+        self.id_tag = ""  # put in each answer's id: which pod of a pool served it (``pods``)
+        self.metrics: dict[str, float] = {}  # what GET /metrics reports, in Prometheus text format
+        self.metrics_status = 200
         self.received: list[Received] = []
         self._scripts: dict[str, collections.deque[Behaviour]] = collections.defaultdict(collections.deque)
         self._lock = threading.Lock()
@@ -41,7 +44,10 @@ class FakeProvider:
         self._thread: threading.Thread | None = None
         self.port = 0
         routes = [(wire.PATH, wire.handle) for wire in WIRE_FORMATS] + [route for wire in WIRE_FORMATS for route in getattr(wire, "MORE_ROUTES", {}).items()]
-        self.app = Starlette(routes=[Route(path, self._endpoint(handler), methods=["POST"]) for path, handler in routes])
+        self.app = Starlette(
+            routes=[Route(path, self._endpoint(handler), methods=["POST"]) for path, handler in routes]
+            + [Route("/metrics", self._metrics, methods=["GET"]), Route("/fake/metrics", self._set_metrics, methods=["PUT"])]
+        )
 
     # --- test-side controls -------------------------------------------------------------
 
@@ -56,6 +62,8 @@ class FakeProvider:
             self.received.clear()
             self.accepted_keys = {self.api_key}
             self.aws = AwsAccount(self.region)
+            self.metrics = {}
+            self.metrics_status = 200
 
     def requests_for(self, model: str) -> list[Received]:
         return [r for r in self.received if (r.model if r.model is not None else model_of(r.body)) == model]
@@ -90,6 +98,19 @@ class FakeProvider:
         with self._lock:
             queue = self._scripts.get(model)
             return queue.popleft() if queue else self.default
+
+    async def _metrics(self, request: Request) -> Response:
+        with self._lock:
+            values, status = dict(self.metrics), self.metrics_status
+        lines = [f'{name}{{model_name="fake",engine="0"}} {value}' for name, value in sorted(values.items())]
+        return Response("# HELP fake metrics\n" + "".join(line + "\n" for line in lines), status, media_type="text/plain; version=0.0.4")
+
+    async def _set_metrics(self, request: Request) -> Response:
+        """The control side for a fake run standalone: ``PUT /fake/metrics {"name": value}``."""
+        values = await request.json()
+        with self._lock:
+            self.metrics = {str(name): float(value) for name, value in values.items()}
+        return Response(status_code=204)
 
     def _endpoint(self, handler: Callable[[FakeProvider, Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         # A plain function, not a partial: Starlette treats anything else as an ASGI app.

@@ -16,6 +16,7 @@ from portcullis.adapters.protocols.jsonbody import (
     optional_list,
     optional_positive_int,
     parse_json_object,
+    reasoning_budget,
     require_string,
 )
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
@@ -84,7 +85,8 @@ def messages_request(
     if thinking and thinking.get("type") in ("enabled", "adaptive"):
         requires.append("thinking")
     requires.extend(sorted(needs))
-    return ParsedRequest(protocol, raw, body, model, stream, max_tokens, requires, tools=declared_tools(body))
+    budget = reasoning_budget(thinking, "thinking.")
+    return ParsedRequest(protocol, raw, body, model, stream, max_tokens, requires, tools=declared_tools(body), reasoning_tokens=budget)
 
 
 def client_wants_usage(request: ParsedRequest) -> bool:

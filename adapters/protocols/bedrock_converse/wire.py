@@ -17,7 +17,7 @@ from portcullis.adapters.protocols.bedrock_converse import validator
 from portcullis.adapters.protocols.bedrock_converse.surfaces import declared_tools
 from portcullis.adapters.protocols.bedrock_paths import model_path, path_model
 from portcullis.adapters.protocols.eventstream import CONVERSE_FRAMING, FramedEvent
-from portcullis.adapters.protocols.jsonbody import invalid, parse_json_object
+from portcullis.adapters.protocols.jsonbody import invalid, parse_json_object, reasoning_budget, reasoning_effort
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS, NO_PATH, ParsedRequest
 from portcullis.adapters.protocols.sse import SSEEvent
 from portcullis.adapters.protocols.validation import wrong_type
@@ -44,7 +44,8 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: Reque
     if _thinking(body.get("additionalModelRequestFields")):
         requires.append("thinking")
     requires.extend(sorted(needs))
-    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, tools=tools)
+    budget, effort = _reasoning(body.get("additionalModelRequestFields"))
+    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, tools=tools, reasoning_tokens=budget, reasoning_effort=effort)
 
 
 def _max_tokens(body: Mapping[str, Any]) -> int | None:
@@ -67,6 +68,17 @@ def _thinking(fields: Any) -> bool:
         return False
     settings = [fields.get(key) for key in _THINKING_KEYS]
     return any(isinstance(s, dict) and s.get("type") != "disabled" for s in settings)
+
+
+def _reasoning(fields: Any) -> tuple[int | None, str | None]:
+    """The reasoning the model-specific fields ask for: Anthropic's budget
+    (``thinking.budget_tokens``) or Amazon Nova's named effort (``reasoningConfig``)."""
+    if not isinstance(fields, dict):
+        return None, None
+    budget = reasoning_budget(fields.get("thinking"), "additionalModelRequestFields.thinking.")
+    nova = fields.get("reasoningConfig")
+    effort = reasoning_effort(nova.get("maxReasoningEffort")) if isinstance(nova, dict) and nova.get("type") == "enabled" else None
+    return budget, effort
 
 
 def client_wants_usage(request: ParsedRequest) -> bool:

@@ -14,6 +14,7 @@ from portcullis.adapters.protocols.jsonbody import (
     optional_list,
     optional_positive_int,
     parse_json_object,
+    reasoning_effort,
     require_list,
     require_string,
 )
@@ -50,7 +51,8 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: Reque
         requires.append("tools")
     if images:
         requires.append("vision")
-    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, choices=choices, tools=declared_tools(body))
+    effort = reasoning_effort(body.get("reasoning_effort"))
+    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, choices=choices, tools=declared_tools(body), reasoning_effort=effort)
 
 
 def client_wants_usage(request: ParsedRequest) -> bool:
@@ -75,7 +77,6 @@ def error_body(error: GatewayError, request_id: str) -> bytes:
 
 def stream_error(error: GatewayError) -> bytes:
     return encode({"error": error_object(error)})
-
 
 
 # --- egress -----------------------------------------------------------------------

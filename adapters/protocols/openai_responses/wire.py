@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from portcullis.adapters.config import RequestLimits
-from portcullis.adapters.protocols.jsonbody import invalid, optional_bool, optional_positive_int, parse_json_object, require_string
+from portcullis.adapters.protocols.jsonbody import invalid, optional_bool, optional_positive_int, parse_json_object, reasoning_effort, require_string
 from portcullis.adapters.protocols.openai_errors import error_object
 from portcullis.adapters.protocols.openai_responses import validator
 from portcullis.adapters.protocols.openai_responses.surfaces import declared_tools
@@ -45,7 +45,9 @@ def parse(raw: bytes, headers: Mapping[str, str], query: str = "", limits: Reque
         requires.append("tools")
     if images:
         requires.append("vision")
-    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, tools=declared_tools(body))
+    settings = body.get("reasoning")
+    effort = reasoning_effort(settings.get("effort")) if isinstance(settings, dict) else None
+    return ParsedRequest(NAME, raw, body, model, stream, max_tokens, requires, tools=declared_tools(body), reasoning_effort=effort)
 
 
 def client_wants_usage(request: ParsedRequest) -> bool:

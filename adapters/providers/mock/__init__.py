@@ -32,7 +32,7 @@ class MockProvider:
     def protocol_for(self, model: str, client: str | None) -> str | None:
         return None  # whichever the client speaks
 
-    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes) -> MockResponse:
+    async def send(self, path: str, query: str, headers: dict[str, str], body: bytes, affinity: str | None = None) -> MockResponse:
         request = json.loads(body)
         words = _reply(request).split(" ")
         words = [w + " " for w in words[:-1]] + words[-1:]
