@@ -19,6 +19,7 @@ from portcullis.adapters.breakers import Breakers, counts_against_target
 from portcullis.adapters.store.breakers import BreakerBoard, MemoryBreakerBoard, RedisBreakerBoard
 from portcullis.engine.breakers import BreakerRule, BreakerSettings, target_id
 from portcullis.engine.target import Target
+from tests.fakes import free_port
 
 RULE = BreakerRule(consecutive_failures=3, open_seconds=30)
 US = Target("claude-sonnet-4-5", "anthropic-us", "claude-sonnet-4-5-20250929", "us-east-1", 1, 200000, 8192, ())
@@ -206,3 +207,21 @@ def test_settings_come_from_the_bundle_with_provider_overrides() -> None:
     assert settings is not None
     assert settings.rule_for("anthropic-us") == BreakerRule(4, 30)
     assert settings.rule_for("bedrock-usw2") == BreakerRule(4, 60)
+
+
+def test_an_unreachable_store_leaves_every_breaker_closed() -> None:
+    """Breakers are an availability optimisation: without Redis every target may be tried."""
+
+    async def scenario() -> None:
+        client = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.2)  # nothing listens there
+        board = breakers(RedisBreakerBoard(client, "test-down:"), Clock())
+        try:
+            for _ in range(RULE.consecutive_failures):
+                await board.failed(US, RULE, "r")  # not counted, and no exception
+            assert await board.admit(US, RULE) == "send"
+            assert await board.facts() is None
+            await board.succeeded(US, True, "r")
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
