@@ -36,6 +36,10 @@ from portcullis.adapters.http_timeouts import header_deadline_protocol
 from portcullis.adapters.ingress import client_address
 from portcullis.adapters.integrity.guard import PromptIntegrity
 from portcullis.adapters.integrity.webhook import Webhook
+from portcullis.adapters.intent.classifier import IntentClassifier
+from portcullis.adapters.intent.features import FeatureSource
+from portcullis.adapters.intent.routers import BundleRouters
+from portcullis.adapters.intent.session_pin import SessionPin
 from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.pii.classifier import ClassifierDetector
@@ -130,7 +134,14 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     # The cache-domain pin orders the targets before any step sizes or narrows them.
     steps = [counts, CacheDomainPin(store.sessions), pii, integrity, governance]
     # What the routing layers decide from, gathered before the policy decides (input.facts).
-    facts: tuple[FactSource, ...] = (BreakerFacts(breakers),)
+    routers = BundleRouters()
+    # In this order: the classifier reads the features and the session's pin; the breakers are the targets' own.
+    facts: tuple[FactSource, ...] = (
+        FeatureSource(routers),
+        SessionPin(store.sessions, routers),
+        IntentClassifier(dispatcher, governance, routers),
+        BreakerFacts(breakers),
+    )
     gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits, facts=facts)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 

@@ -40,6 +40,7 @@ from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
 from portcullis.adapters.upstream_errors import read_json
+from portcullis.engine.clients import client_of
 from portcullis.engine.conversation import prefix_key
 from portcullis.engine.errors import ErrorKind, GatewayError
 from portcullis.engine.integrity.hop import HEADER as HOP_HEADER
@@ -103,6 +104,7 @@ class Executor:
                 stage = "parse"
             exchange.request = await parse_request(protocol, raw, http, self._limits, operation)
             exchange.request.session = session_of(http.headers)
+            exchange.request.client = client_of(http.headers.get("user-agent"))
             exchange.request.hop = http.headers.get(HOP_HEADER)
             stage = "decide"
             exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile

@@ -27,6 +27,7 @@ from portcullis.engine.endpoint_policy import DEFAULT_POLICY, EndpointPolicy
 from portcullis.engine.integrity.injection import ScanResult
 from portcullis.engine.integrity.policy import integrity_problems
 from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise, rules_read
+from portcullis.engine.intent_routers import intent_problems
 from portcullis.engine.pii.policy import detector_problems
 from portcullis.engine.plan import DecisionPlan, Target
 from portcullis.engine.portable import portability_problems, rule_path_problems
@@ -168,6 +169,7 @@ def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detecto
     if detectors is not None:
         problems += detector_problems(data.get("pii"), data["catalog"], detectors)
     problems += integrity_problems(data.get("integrity"))
+    problems += intent_problems(data.get("intent"), data["catalog"], list(data["tenants"]["teams"]))
     if problems:
         raise BundleError("; ".join(problems))
     try:

@@ -36,7 +36,7 @@ class Routing:
         return [{key: record[key] for key in _AUDITED if key in record} for record in self.layers]
 
 
-_AUDITED = ("layer", "from", "to", "applied", "tier", "reasons", "budget", "pinned")
+_AUDITED = ("layer", "from", "to", "applied", "tier", "reasons", "budget", "pinned", "router", "by", "rule")
 NO_ROUTING = Routing()
 
 

@@ -59,8 +59,10 @@ test_no_proposal_changes_nothing if {
 	result.layers == []
 }
 
-test_proposing_the_model_itself_records_nothing if {
-	substitute({"model": "claude-sonnet-4-5", "tier": "green"}).layers == []
+test_proposing_the_model_itself_keeps_it_and_records_the_tier if {
+	result := substitute({"model": "claude-sonnet-4-5", "tier": "green"})
+	result.route.model == "claude-sonnet-4-5"
+	result.layers == [{"layer": "budget_tier", "from": "claude-sonnet-4-5", "to": "claude-sonnet-4-5", "model": "claude-sonnet-4-5", "tier": "green", "applied": true}]
 }
 
 test_routing_names_the_resolved_model_and_the_last_layer_taken if {
@@ -70,4 +72,12 @@ test_routing_names_the_resolved_model_and_the_last_layer_taken if {
 	]
 	data.portcullis._routing("a", "b", layers) == {"layers": layers, "substituted_from": "a", "layer": "intent"}
 	data.portcullis._routing("a", "a", []) == {"layers": [], "substituted_from": null, "layer": null}
+}
+
+test_a_layer_that_kept_the_model_is_not_named_as_the_substituting_one if {
+	layers := [
+		{"layer": "intent", "from": "a", "to": "b", "applied": true},
+		{"layer": "budget_tier", "from": "b", "to": "b", "applied": true},
+	]
+	data.portcullis._routing("a", "b", layers).layer == "intent"
 }

@@ -29,6 +29,7 @@ class ParsedRequest:
     query: str = ""
     choices: int = 1  # completions the request asks for (OpenAI `n`): each can use max_tokens
     session: str | None = None  # the client's conversation id, when it sends one
+    client: str = "other"  # which client sent it (engine/clients.py), from its User-Agent
     tools: list[str] = field(default_factory=list)  # names of the tools the request offers the model
     reasoning_tokens: int | None = None  # a declared reasoning budget (thinking.budget_tokens), within max_tokens
     reasoning_effort: str | None = None  # a named reasoning effort (reasoning_effort, reasoning.effort): no token number

@@ -101,8 +101,7 @@ _authorise(principal, request, model, facts) := plan if {
 	granted := data.portcullis.access.entitlements(principal)
 	requires := object.get(request, "requires", [])
 	requested := _serve(principal.team, granted, requires, model)
-	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, model, facts))
-	routed := _substitute(granted, requires, principal.team, by_intent.route, "budget_tier", data.portcullis.budget_tiers.proposal(principal, request, by_intent.route.model, facts))
+	routed := _routed(principal, request, granted, requires, requested, facts)
 	route := routed.route
 	integrity := data.portcullis.integrity.for_principal(principal)
 	refused_tools := data.portcullis.integrity.tools_refused(integrity, object.get(request, "tools", []))
@@ -119,8 +118,20 @@ _authorise(principal, request, model, facts) := plan if {
 		data.portcullis.pii.for_principal(principal),
 		integrity,
 		route.guardrails.guardrail,
-		_routing(model, route.model, array.concat(by_intent.layers, routed.layers)),
+		_routing(model, route.model, routed.layers),
 	)
+}
+
+# The layers that may substitute the model, L4 intent then L3 budget tiers, each on the
+# route so far: {"route", "layers": what each proposed}. They decide from facts only,
+# so a request the gateway measured nothing for (no router or budget tier covers it)
+# is not routed, and costs nothing more.
+_routed(principal, request, granted, requires, requested, facts) := {"route": requested, "layers": []} if {
+	facts == {}
+} else := {"route": by_budget.route, "layers": array.concat(by_intent.layers, by_budget.layers)} if {
+	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, requested.model, facts))
+	model := by_intent.route.model
+	by_budget := _substitute(granted, requires, principal.team, by_intent.route, "budget_tier", data.portcullis.budget_tiers.proposal(principal, request, model, facts))
 }
 
 # A model's candidates and which of them this principal and request may use.
@@ -151,8 +162,12 @@ _serve(team, granted, requires, model) := route if {
 # One layer's proposal ({"model", and what the layer says of it}, or null) applied to
 # the route so far: {"route", "layers": [its record]}. Restrict-only: a substitute the
 # principal may not use, or that has no authorised target, never replaces the model.
+# A proposal of the model so far changes nothing but is recorded (from == to): the
+# tier it names is part of the decision (the intent layer pins it to the session).
 _substitute(granted, requires, team, current, layer, proposal) := {"route": current, "layers": []} if {
 	not _proposes(granted, current, proposal)
+} else := {"route": current, "layers": [object.union(proposal, {"layer": layer, "from": current.model, "to": current.model, "applied": true})]} if {
+	proposal.model == current.model
 } else := _substituted(
 	current,
 	substitute,
@@ -165,7 +180,6 @@ _substitute(granted, requires, team, current, layer, proposal) := {"route": curr
 # Only a request the principal may make is routed further: L2 refusals stop the stack.
 _proposes(granted, current, proposal) if {
 	proposal != null
-	proposal.model != current.model
 	granted.models[current.model]
 }
 
@@ -190,10 +204,15 @@ _routing(requested, model, layers) := {"layers": layers, "substituted_from": nul
 } else := {
 	"layers": layers,
 	"substituted_from": requested,
-	"layer": [record.layer | some record in layers; record.applied][_last(layers)],
+	"layer": [record.layer | some record in layers; _changed(record)][_last(layers)],
 }
 
-_last(layers) := count([record | some record in layers; record.applied]) - 1
+_last(layers) := count([record | some record in layers; _changed(record)]) - 1
+
+_changed(record) if {
+	record.applied
+	record.from != record.to
+}
 
 # Why a candidate was refused, for the plan and the audit record (breaker_open: L6).
 _rejections(granted, requires, unserved, candidate) := array.concat(

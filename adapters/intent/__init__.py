@@ -1,0 +1,1 @@
+"""Routing layer L4's facts: the request's features and the session's pinned tier."""
