@@ -22,8 +22,8 @@ from portcullis.adapters import offload
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.aws_credentials import configured_seal
-from portcullis.adapters.budget_facts import BudgetFacts
 from portcullis.adapters.breakers import BreakerFacts, Breakers
+from portcullis.adapters.budget_facts import BudgetFacts
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.cache_domain import CacheDomainPin
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
