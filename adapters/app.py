@@ -22,8 +22,10 @@ from portcullis.adapters import offload
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.aws_credentials import configured_seal
+from portcullis.adapters.breakers import BreakerFacts, Breakers
 from portcullis.adapters.budget_facts import BudgetFacts
 from portcullis.adapters.bundles import BundleManager, load_bundle
+from portcullis.adapters.cache_domain import CacheDomainPin
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.count_limit import count_limit
 from portcullis.adapters.dispatch import Dispatcher
@@ -115,8 +117,9 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
         await store.close()
         raise
     authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
+    breakers = Breakers(store.breakers, audit)
     pooled = [name for name, provider in config.providers.items() if provider.pool is not None]
-    dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled)
+    dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled, breakers)
     governance = Governance(store.ledger, providers, audit, clock)
     classifier = ClassifierDetector(dispatcher, governance)
     pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})
@@ -129,15 +132,17 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     # exactly what goes upstream. Answer guards run in the same order. A token count's
     # own limit comes before them all: a refused count costs no detection work.
     counts = count_limit(store, config.store.redis_prefix, config.count_tokens_per_minute)
-    steps = [counts, pii, integrity, governance]
+    # The cache-domain pin orders the targets before any step sizes or narrows them.
+    steps = [counts, CacheDomainPin(store.sessions), pii, integrity, governance]
     # What the routing layers decide from, gathered before the policy decides (input.facts).
     routers = BundleRouters()
-    # In this order: the classifier reads the features and the session's pin.
+    # In this order: the classifier reads the features and the session's pin; the breakers are the targets' own.
     facts: tuple[FactSource, ...] = (
         FeatureSource(routers),
         SessionPin(store.sessions, routers),
         IntentClassifier(dispatcher, governance, routers),
         BudgetFacts(store.ledger, clock),
+        BreakerFacts(breakers),
     )
     gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits, facts=facts)
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)

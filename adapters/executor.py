@@ -24,6 +24,7 @@ from starlette.responses import Response
 from portcullis.adapters.audit_log import AuditLog, AuditUnavailable
 from portcullis.adapters.audit_records import OUTCOME_EVENTS, log_request, outcome_record, refusal_record, started_record
 from portcullis.adapters.auth import Authenticator
+from portcullis.adapters.breakers import settings_of
 from portcullis.adapters.bundles import BundleManager
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
@@ -54,7 +55,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_COUNT_BYTES = 1024 * 1024
 FALLBACK_HEADER = "x-portcullis-model-fallback"
 # Attempt outcomes that sent nothing to the provider (see Dispatcher.dispatch).
-UNSENT = frozenset({"unconvertible", "no_capacity", "connect", "credentials"})
+UNSENT = frozenset({"unconvertible", "no_capacity", "connect", "credentials", "breaker_open"})
 TOKEN_COUNT_HEADER = "x-portcullis-token-count"  # who counted: "provider", or "estimate" (the gateway's approximation)
 
 
@@ -114,7 +115,7 @@ class Executor:
                         exchange.facts[source.name] = fact
             exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request, exchange.facts)
             if not exchange.plan.allow:
-                raise exchange.plan.refusal()
+                raise exchange.plan.refusal(exchange.arrived)
             for source in self._facts:
                 await source.decided(exchange)
             exchange.targets = exchange.plan.targets
@@ -184,6 +185,7 @@ class Executor:
             stream=request.stream and path is None,
             guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
             affinity=self._affinity(exchange, targets),
+            breakers=settings_of(exchange.bundle) if path is None else None,  # a token count neither tests nor trips breakers
         )
 
     def _affinity(self, exchange: Exchange, targets: tuple[Target, ...]) -> str | None:

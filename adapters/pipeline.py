@@ -54,6 +54,7 @@ class Admission(Generic[S]):
     bound_tokens: int = 0  # the tokens the request may use, for provider key capacity
     targets: tuple[Target, ...] | None = None  # only these of the authorised targets may serve it
     body_changed: bool = False  # the step edited request.body: it is serialised again before dispatch
+    first: Target | None = None  # tried before the others, if still among the targets (order only: never adds one)
 
 
 @dataclass
@@ -104,6 +105,8 @@ class Exchange:
         if admission.targets is not None:
             allowed = set(admission.targets)
             self.targets = tuple(target for target in self.targets if target in allowed)
+        if admission.first is not None and admission.first in self.targets:
+            self.targets = (admission.first, *(target for target in self.targets if target != admission.first))
 
     def state_of(self, step: Step[S]) -> S | None:
         return self.states.get(id(step))

@@ -5,6 +5,8 @@ allows; infrastructure signals only choose among the targets it authorised.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,7 @@ _DENIAL_KINDS = {
     "no_authorised_target": ErrorKind.PERMISSION,
     "tool_not_allowed": ErrorKind.PERMISSION,
     "guardrail_conflict": ErrorKind.PERMISSION,
+    "targets_unavailable": ErrorKind.UNAVAILABLE,  # every authorised target's circuit breaker is open (L6)
 }
 
 
@@ -64,11 +67,16 @@ class DecisionPlan:
         """The canonical model the requested name resolved to, before any substitution."""
         return self.routing.substituted_from or self.model
 
-    def refusal(self) -> GatewayError:
-        """The client-facing error for a plan that does not allow the request."""
+    def refusal(self, now: dt.datetime | None = None) -> GatewayError:
+        """The client-facing error for a plan that does not allow the request; ``now``
+        dates a retry the policy names a moment for (``retry_at``, epoch seconds)."""
         reason = self.reasons[0]
         code = reason["code"]
         kind = _DENIAL_KINDS.get(code, ErrorKind.PERMISSION)
+        if code == "targets_unavailable":
+            retry_at = reason.get("retry_at")
+            wait = max(1, math.ceil(retry_at - now.timestamp())) if isinstance(retry_at, int | float) and now is not None else None
+            return GatewayError(kind, reason["message"], code=code, retry_after=wait)
         if (
             code == "no_authorised_target"
             and self.rejected_targets

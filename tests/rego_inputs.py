@@ -300,6 +300,8 @@ class Inputs:
         rules = (data.get("governance") or {}).get("rules", {})
         self.rule_users = sorted({rule["subject"]["user"] for rule in rules.values() if "user" in rule["subject"]})
         self.models = [*sorted(data["catalog"]["models"]), *sorted(data["catalog"].get("aliases", {})), *ODD_MODELS]
+        # L6: the names the gateway gives targets' circuit breakers (engine/breakers.py target_id)
+        self.breakers = sorted({f"{t['provider']}/{t['model']}@{t['region']}" for model in data["catalog"]["models"].values() for t in model["targets"]})
         self.keyword_sets = sorted((data.get("intent") or {}).get("keyword_sets") or {}) or ["design"]
 
     def _pick(self, values: list[Any], odd: list[Any] | None = None, odd_share: float = 0.25) -> Any:
@@ -315,7 +317,7 @@ class Inputs:
 
     def decision(self) -> dict[str, Any]:
         rng = self.rng
-        return {
+        document = {
             "principal": self.principal(),
             "request": {
                 "protocol": rng.choice(["anthropic_messages", "openai_chat"]),
@@ -327,6 +329,11 @@ class Inputs:
             },
             **({"facts": self.facts()} if rng.random() < 0.6 else {}),
         }
+        if self.breakers and rng.random() < 0.3:  # some targets' breakers open or half-open (input.facts.breakers)
+            chosen = rng.sample(self.breakers, rng.randint(1, min(4, len(self.breakers))))
+            states = [{"state": "open", "until": 1_764_600_000 + rng.randint(0, 60)}, {"state": "half_open"}]
+            document.setdefault("facts", {})["breakers"] = {name: rng.choice(states) for name in chosen}
+        return document
 
     def facts(self) -> dict[str, Any]:
         """What the intent layer reads: features, a pinned tier, a classifier's guess, each maybe absent."""

@@ -19,7 +19,7 @@ from portcullis.engine.activation import CONTEXT_FIT_RULE, DECISION_RULE, INDEX_
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = {path.name: path.read_text() for path in sorted((ROOT / "policies" / "portcullis").glob("*.rego"))}
-CONCERNS = ["access", "routing", "governance", "pii", "integrity", "guardrails", "intent", "budget_tiers", "context_fit", "lib"]
+CONCERNS = ["access", "routing", "governance", "pii", "integrity", "guardrails", "intent", "budget_tiers", "context_fit", "breakers", "lib"]
 ENTRY_POINTS = {DECISION_RULE, VISIBLE_MODELS_RULE, INJECTION_SCAN_RULE, TOOL_CALL_RULE, CONTEXT_FIT_RULE, INDEX_RULE}
 _RULE_HEAD = re.compile(r"^(?:default\s+)?([A-Za-z_][A-Za-z0-9_]*)\b(?=\s*(?:\(|:=|=|if\b|contains\b|\[|$))", re.M)
 _REFERENCE = re.compile(r"\bdata\.portcullis((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")

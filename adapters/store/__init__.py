@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from portcullis.adapters.providers.keys import Capacity
+    from portcullis.adapters.store.breakers import BreakerBoard
     from portcullis.adapters.store.ledger import Ledger
     from portcullis.adapters.store.replay import ReplayGuard
     from portcullis.adapters.store.session_state import SessionState
@@ -86,6 +87,7 @@ class Store:
     redis: Redis | None = None  # the shared store's Redis, for state that lives there (the PII vault)
     replays: ReplayGuard = field(default_factory=lambda: _memory_replays())  # SigV4 signatures already seen
     sessions: SessionState = field(default_factory=lambda: _memory_sessions())  # per-session routing state (pinned tiers)
+    breakers: BreakerBoard = field(default_factory=lambda: _memory_breakers())  # targets' circuit breakers
 
     async def close(self) -> None:
         await self.keys.close()
@@ -115,6 +117,7 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
     redis = redis_client(redis_url, config.redis_pool)
     failures = RedisFailureCounter(redis, max_failures, window, config.redis_prefix)
     ledger = SharedLedger(redis, keys.pool, config.redis_prefix)
+    from portcullis.adapters.store.breakers import RedisBreakerBoard
     from portcullis.adapters.store.replay import RedisReplayGuard
     from portcullis.adapters.store.session_state import RedisSessionState
 
@@ -126,6 +129,7 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
         redis,
         RedisReplayGuard(redis, config.redis_prefix),
         RedisSessionState(redis, config.redis_prefix),
+        RedisBreakerBoard(redis, config.redis_prefix),
     )
 
 
@@ -139,6 +143,12 @@ def _memory_sessions() -> SessionState:
     from portcullis.adapters.store.session_state import MemorySessionState  # imports this module: deferred
 
     return MemorySessionState()
+
+
+def _memory_breakers() -> BreakerBoard:
+    from portcullis.adapters.store.breakers import MemoryBreakerBoard  # imports this module: deferred
+
+    return MemoryBreakerBoard()
 
 
 def migration_files(dialect: str) -> list[tuple[int, str, str]]:

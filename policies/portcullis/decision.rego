@@ -108,7 +108,7 @@ _authorise(principal, request, model, facts) := plan if {
 	plan := _plan(
 		request,
 		route.model,
-		_authorisation(object.get(granted.models, model, false), route.guardrails.conflict, route.targets, refused_tools),
+		_authorisation(object.get(granted.models, model, false), route.guardrails.conflict, route, refused_tools),
 		route.targets,
 		[object.union(candidate, {"reasons": _rejections(granted, requires, route.guardrails.unserved, candidate)}) |
 			some i, candidate in route.candidates
@@ -138,7 +138,7 @@ _routed(principal, request, granted, requires, requested, facts) := {"route": re
 _serve(team, granted, requires, model) := route if {
 	guardrails := data.portcullis.guardrails.required(team, model)
 	candidates := data.portcullis.routing.candidates(model)
-	authorised := [i |
+	permitted := [i |
 		some i, candidate in candidates
 		granted.models[candidate.canonical_model]
 		data.portcullis.lib.target_within(granted.regions, candidate)
@@ -147,12 +147,15 @@ _serve(team, granted, requires, model) := route if {
 			needed in object.get(candidate, "capabilities", [])
 		}
 	]
+	# L6: a permitted target whose circuit breaker is open sits this request out.
+	authorised := data.portcullis.breakers.available(permitted, candidates)
 	route := {
 		"model": model,
 		"guardrails": guardrails,
 		"candidates": candidates,
 		"authorised": authorised,
 		"targets": [candidates[i] | some i in authorised],
+		"unavailable": data.portcullis.breakers.unavailable(permitted, candidates),
 	}
 }
 
@@ -207,7 +210,7 @@ _changed(record) if {
 	record.from != record.to
 }
 
-# Why a candidate was refused, for the plan and the audit record.
+# Why a candidate was refused, for the plan and the audit record (breaker_open: L6).
 _rejections(granted, requires, unserved, candidate) := array.concat(
 	array.concat(
 		["model_not_allowed" | not granted.models[candidate.canonical_model]],
@@ -216,16 +219,26 @@ _rejections(granted, requires, unserved, candidate) := array.concat(
 	array.concat(
 		["guardrail_conflict" | unserved[candidate.canonical_model]],
 		# object.get: `not x in <undefined>` is true in regorus but undefined in OPA
-		["capability_unsupported" | some needed in requires; not needed in object.get(candidate, "capabilities", [])],
+		array.concat(
+			["capability_unsupported" | some needed in requires; not needed in object.get(candidate, "capabilities", [])],
+			data.portcullis.breakers.rejection(candidate),
+		),
 	),
 )
 
-_authorisation(model_granted, guardrail_conflict, targets, refused_tools) := [{"code": "model_not_allowed", "message": "the requested model is not allowed for this key"}] if {
+_authorisation(model_granted, guardrail_conflict, route, refused_tools) := [{"code": "model_not_allowed", "message": "the requested model is not allowed for this key"}] if {
 	not model_granted
 } else := [{"code": "guardrail_conflict", "message": "this team and the requested model require different Bedrock guardrails; the policy bundle must settle on one"}] if {
 	guardrail_conflict
+} else := [{
+	"code": "targets_unavailable",
+	"message": "every target of the requested model is unavailable right now (circuit breakers open); try again later",
+	"retry_at": data.portcullis.breakers.retry_at(route.unavailable),
+}] if {
+	route.targets == []
+	count(route.unavailable) > 0
 } else := [{"code": "no_authorised_target", "message": "no target of the requested model is allowed for this key and request"}] if {
-	targets == []
+	route.targets == []
 } else := [{"code": "tool_not_allowed", "message": "the request offers tools this team's policy does not allow", "tools": refused_tools}] if {
 	count(refused_tools) > 0
 } else := [{"code": "allowed", "message": "request authorised"}]
