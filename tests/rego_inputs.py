@@ -303,6 +303,8 @@ class Inputs:
         # L6: the names the gateway gives targets' circuit breakers (engine/breakers.py target_id)
         self.breakers = sorted({f"{t['provider']}/{t['model']}@{t['region']}" for model in data["catalog"]["models"].values() for t in model["targets"]})
         self.keyword_sets = sorted((data.get("intent") or {}).get("keyword_sets") or {}) or ["design"]
+        # L3: the budgets tiers read (input.facts.budgets), and one no tier names
+        self.tiered_budgets = [*sorted({spec["budget"] for spec in ((data.get("budget_tiers") or {}).get("teams") or {}).values()}), "untiered"]
 
     def _pick(self, values: list[Any], odd: list[Any] | None = None, odd_share: float = 0.25) -> Any:
         if odd and (not values or self.rng.random() < odd_share):
@@ -336,7 +338,8 @@ class Inputs:
         return document
 
     def facts(self) -> dict[str, Any]:
-        """What the intent layer reads: features, a pinned tier, a classifier's guess, each maybe absent."""
+        """What the intent layer reads (features, a pinned tier, a classifier's guess) and
+        budget tiers' utilisation, each maybe absent."""
         rng, facts = self.rng, {}
         if rng.random() < 0.8:
             facts["features"] = {
@@ -350,6 +353,8 @@ class Inputs:
                 "code": rng.random() < 0.4,
                 "keywords": sorted(rng.sample(self.keyword_sets, rng.randint(0, min(3, len(self.keyword_sets))))),
             }
+        if rng.random() < 0.4:  # a budget's high-water mark, around its tiers' thresholds
+            facts["budgets"] = {rng.choice(self.tiered_budgets): {"percent": rng.choice([0, 79, 80, 94, 95, 100, 250])}}
         if rng.random() < 0.3:
             facts["session"] = {"tier": rng.choice(["light", "standard", "frontier", "max", "gone", ""])}
         if rng.random() < 0.3:

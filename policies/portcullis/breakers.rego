@@ -9,27 +9,33 @@ package portcullis.breakers
 # The gateway leaves the fact out when every breaker is closed, so the common case costs
 # one lookup of the input per call (a rule would cost more: see decision.rego).
 
+# With the fact, each candidate's breaker is looked up inline (a call per candidate
+# would cost more than the lookup).
+
 # Of the permitted candidates (indexes into candidates), those whose breaker is not open.
 available(permitted, candidates) := permitted if {
 	not input.facts.breakers
-} else := [i | some i in permitted; not _open(candidates[i])]
+} else := [i |
+	some i in permitted
+	target := candidates[i]
+	not input.facts.breakers[concat("", [target.provider, "/", target.model, "@", target.region])].state == "open"
+]
 
 # Of the permitted candidates, those whose breaker is open.
 unavailable(permitted, candidates) := [] if {
 	not input.facts.breakers
-} else := [candidates[i] | some i in permitted; _open(candidates[i])]
+} else := [target |
+	some i in permitted
+	target := candidates[i]
+	input.facts.breakers[concat("", [target.provider, "/", target.model, "@", target.region])].state == "open"
+]
 
 # A rejected candidate's breaker reason: ["breaker_open"] or [].
-rejection(candidate) := [] if {
+rejection(target) := [] if {
 	not input.facts.breakers
 } else := ["breaker_open"] if {
-	_open(candidate)
+	input.facts.breakers[concat("", [target.provider, "/", target.model, "@", target.region])].state == "open"
 } else := []
-
-# Whether this candidate's breaker is open (absent facts: every breaker is closed).
-_open(candidate) if {
-	_states[_target_id(candidate)].state == "open"
-}
 
 # The epoch second the first of these candidates' breakers half-opens.
 retry_at(candidates) := min([_states[_target_id(candidate)].until | some candidate in candidates])

@@ -124,10 +124,15 @@ _authorise(principal, request, model, facts) := plan if {
 
 # The layers that may substitute the model, L4 intent then L3 budget tiers, each on the
 # route so far: {"route", "layers": what each proposed}. They decide from facts only,
-# so a request the gateway measured nothing for (no router or budget tier covers it)
-# is not routed, and costs nothing more.
+# so a request the gateway measured nothing for them (no router or budget tier covers
+# it: at most the breakers fact, which only narrows targets) is not routed, and costs
+# nothing more. The facts they read: intent's features, session, classifier; budgets.
 _routed(principal, request, granted, requires, requested, facts) := {"route": requested, "layers": []} if {
 	facts == {}
+} else := {"route": requested, "layers": []} if {
+	not granted.models[requested.model] # only a request the principal may make is routed: L2 refusals stop the stack
+} else := {"route": requested, "layers": []} if {
+	count(object.filter(facts, ["features", "session", "classifier", "budgets"])) == 0
 } else := {"route": by_budget.route, "layers": array.concat(by_intent.layers, by_budget.layers)} if {
 	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, requested.model, facts))
 	model := by_intent.route.model
@@ -164,10 +169,10 @@ _serve(team, granted, requires, model) := route if {
 # principal may not use, or that has no authorised target, never replaces the model.
 # A proposal of the model so far changes nothing but is recorded (from == to): the
 # tier it names is part of the decision (the intent layer pins it to the session).
+# The model so far is granted: the requested one (_routed checks it) or a substitute
+# taken, which is re-authorised here.
 _substitute(granted, requires, team, current, layer, proposal) := {"route": current, "layers": []} if {
 	proposal == null # most requests: checked before any call
-} else := {"route": current, "layers": []} if {
-	not granted.models[current.model] # only a request the principal may make is routed further: L2 refusals stop the stack
 } else := {"route": current, "layers": [object.union(proposal, {"layer": layer, "from": current.model, "to": current.model, "applied": true})]} if {
 	proposal.model == current.model
 } else := _substituted(

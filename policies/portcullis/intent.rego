@@ -18,16 +18,11 @@ package portcullis.intent
 #   covers (the first whose teams and models name it), or null. Without a pin, the
 #   features must be known: a request whose features could not be measured is not routed.
 proposal(principal, request, model, facts) := object.union(choice, {"model": router.tiers[choice.tier], "router": router.name}) if {
-	count(object.filter(facts, _facts_read)) > 0 # nothing measured for this layer: no router is looked up
-	router := _router(principal.team, model)
+	count(object.filter(facts, ["features", "session", "classifier"])) > 0 # nothing measured for this layer: no router is looked up
+	covering := [i | some i in object.get(_by_model, model, []); _team_in(principal.team, data.portcullis.intent.routers[i].teams)]
+	router := data.portcullis.intent.routers[covering[0]]
 	choice := _choice(router, facts)
 } else := null
-
-_facts_read := ["features", "session", "classifier"]
-
-_router(team, model) := data.portcullis.intent.routers[_covering(team, model)[0]]
-
-_covering(team, model) := [i | some i in _routers_of(model); _team_in(team, data.portcullis.intent.routers[i].teams)]
 
 # This package's part of the per-bundle index: for each model a router names, the
 # routers that name it, in order, so a request looks its model up instead of scanning
@@ -36,9 +31,9 @@ index := {"by_model": {model: _naming(model) | some router in data.portcullis.in
 
 _naming(model) := [i | some i, router in data.portcullis.intent.routers; model in router.models]
 
-_routers_of(model) := object.get(data.portcullis.compiled.intent.by_model, model, []) if {
+_by_model := data.portcullis.compiled.intent.by_model if {
 	data.portcullis.compiled.intent
-} else := _naming(model)
+} else := index.by_model
 
 _team_in(team, teams) if team in teams
 
