@@ -72,6 +72,7 @@ bench: install-dev
 	@eval "$$($(BIN)/python scripts/test_services.py start)" || exit 1; \
 	status=0; \
 	$(BIN)/python bench/run.py $(BENCH_ARGS) || status=1; \
+	$(BIN)/python bench/routing_layers.py || status=1; \
 	$(BIN)/python bench/pii.py || status=1; \
 	$(BIN)/python -m bench.pii_accuracy --ner || status=1; \
 	$(BIN)/python bench/integrity.py || status=1; \

@@ -1,6 +1,7 @@
 """What the routing layers cost a request, all on and one at a time, in one run:
 
     .venv/bin/python bench/routing_layers.py [--decisions 3000] [--rounds 5] [--calls 2000]
+    .venv/bin/python bench/routing_layers.py --compare before=/tmp/old/policies/portcullis
 
 1. The main decision (``data.portcullis.decision``, uncached) on the generated 50-team /
    500-user / 40-model bundle (bench/bundle_gen.py): as today (no routing data, no
@@ -146,7 +147,9 @@ def outcomes(active: Any, documents: list[str]) -> str:
     return ", ".join(f"{name} {count}" for name, count in sorted(counts.items()) if count) or "nothing"
 
 
-def decisions(tmp: Path, samples: int, rounds: int) -> tuple[dict[str, float], dict[str, str]]:
+def decisions(tmp: Path, samples: int, rounds: int, compare: dict[str, Path]) -> tuple[dict[str, float], dict[str, str]]:
+    """``compare``: other versions of the bundle's Rego (label -> directory), measured on
+    the same requests with every layer's data, facts none, each layer's, and all."""
     from portcullis.engine.activation import CONTEXT_FIT_RULE, DECISION_RULE
     from portcullis.engine.context_fit import EXACT, UPPER_BOUND, Generation, Sized, fit_input
     from portcullis.engine.target import Target
@@ -162,6 +165,10 @@ def decisions(tmp: Path, samples: int, rounds: int) -> tuple[dict[str, float], d
         "breakers alone (2 open, 1 half-open)": (on, documents["breakers"]),
         "all layers on": (on, documents["all"]),
     }
+    for n, (version, modules) in enumerate(compare.items()):
+        other = activate_dir(bundle_gen.write(tmp / f"compare-{n}", modules=modules, routing=True))
+        for kind in ("none", "intent", "budget tiers", "breakers", "all"):
+            variants[f"[{version}] facts: {kind}"] = (other, documents[kind])
     said = {label: outcomes(active, docs) for label, (active, docs) in variants.items()}
     targets = [Target("m", "p", f"model-{n}", "r", 1, 200000, 8192, ()) for n in range(2)]
     fit = json.dumps(fit_input([Sized(t, 1200 + n, EXACT if n % 2 else UPPER_BOUND) for n, t in enumerate(targets)], Generation(1024, None, "low")))
@@ -253,11 +260,13 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=3000, help="requests per round and variant")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000, help="calls per fact source")
+    parser.add_argument("--compare", action="append", default=[], metavar="LABEL=DIR", help="another directory of the bundle's *.rego, decided too")
     args = parser.parse_args()
     admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     with tempfile.TemporaryDirectory(prefix="portcullis-layers-") as tmp:
-        figures, said = decisions(Path(tmp), args.decisions, args.rounds)
+        compare = {label: Path(directory) for label, _, directory in (item.partition("=") for item in args.compare)}
+        figures, said = decisions(Path(tmp), args.decisions, args.rounds, compare)
         print(f"\nmain decision, {args.decisions} mixed requests x {args.rounds} rounds (regorus, one thread, uncached), median µs:")
         baseline = figures["layers off (today's bundle, no facts)"]
         for label, value in figures.items():
