@@ -120,10 +120,11 @@ class Exchange:
 
 class FactSource:
     """What the gateway measures for the routing layers before the policy decides: its
-    ``gather`` becomes ``input.facts[name]`` (None: not known, and left out). After the
-    decision, ``decided`` records what the plan settled that must outlive the request
-    (a tier pinned to the session). Neither may raise: a fact that cannot be had is
-    absent, and the policy decides what an absent fact means."""
+    ``gather`` becomes ``input.facts[name]`` (None: not known, and left out). Once every
+    step has admitted the request, ``decided`` records what the plan settled that must
+    outlive it (a tier pinned to the session). A fact that cannot be had is absent, and
+    the policy decides what absence means: the executor leaves out the fact of a source
+    that raises, and logs only the error's type."""
 
     name: ClassVar[str]
 

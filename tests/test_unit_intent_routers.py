@@ -194,3 +194,17 @@ def test_a_store_that_fails_costs_the_pin_and_never_the_request(tmp_path: Path, 
     asyncio.run(scenario())
     assert "cannot be read" in caplog.text and "cannot be pinned" in caplog.text
     assert "secret" not in caplog.text
+
+
+def test_a_tier_whose_model_was_refused_is_not_pinned(tmp_path: Path) -> None:
+    bundle, sessions = load(tmp_path, intent_data()), MemorySessionState()
+    source = SessionPin(sessions, BundleRouters())
+    exchange = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "rename x to total"}]})
+
+    async def scenario() -> None:
+        refused = {"layer": "intent", "from": "a", "to": "b", "applied": False, "reasons": ["model_not_allowed"], "tier": "light", "pinned": False}
+        exchange.plan = plan_with(refused)
+        await source.decided(exchange)
+        assert await sessions.get(pin_key(exchange)) is None  # the conversation is not held to a tier it is not served on
+
+    asyncio.run(scenario())

@@ -61,7 +61,9 @@ class SessionPin(FactSource):
     async def decided(self, exchange: Exchange) -> None:
         plan = exchange.plan
         record = plan.routing.layer_record(LAYER) if plan is not None else None
-        if record is None or record.get("pinned") is not False or not isinstance(record.get("tier"), str):
+        # Only a tier whose model serves is pinned: one whose substitute was refused (not
+        # granted, breakers open, too small) would move the conversation once it is allowed.
+        if record is None or record.get("pinned") is not False or not record.get("applied") or not isinstance(record.get("tier"), str):
             return
         covered = self._routers.covering(exchange)
         if covered is None:
