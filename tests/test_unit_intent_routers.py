@@ -150,12 +150,14 @@ def test_the_pin_is_written_once_decided_and_read_on_later_turns(tmp_path: Path)
 
 def test_the_client_session_id_names_the_conversation(tmp_path: Path) -> None:
     bundle = load(tmp_path, intent_data())
-    one = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "hi"}]})
-    other = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "a different first message"}]})
-    one.request.session = other.request.session = "sess-1"
-    assert pin_key(one) == pin_key(other)
-    other.request.session = "sess-2"
-    assert pin_key(one) != pin_key(other)
+    def with_session(text: str, session: str) -> Any:
+        exchange = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": text}]})
+        exchange.request.session = session
+        return exchange
+
+    one = with_session("hi", "sess-1")
+    assert pin_key(one) == pin_key(with_session("a different first message", "sess-1"))
+    assert pin_key(one) != pin_key(with_session("a different first message", "sess-2"))
     another_team = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "hi"}]}, team="eu-team")
     another_team.request.session = "sess-1"
     assert pin_key(one) != pin_key(another_team)  # one team's session id never names another's pin
