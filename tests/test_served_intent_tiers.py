@@ -216,3 +216,11 @@ def test_a_team_that_may_not_use_the_classifier_model_is_routed_by_the_rules(tmp
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=16, messages=[user(TRIVIAL)])
     assert response.parse().model == HAIKU_UPSTREAM and not fakes.openai_main.requests_for(CLASSIFIER_UPSTREAM)
     assert intent_view(gateway, response.headers["x-portcullis-request-id"])["by"] == "rule"
+
+
+def test_a_request_the_policy_refuses_anyway_costs_no_classifier_call(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "bundle", team_models=["claude-haiku-*", "claude-opus-*", "tier-*"]))
+    fakes.openai_main.script(CLASSIFIER_UPSTREAM, Reply(text='{"tier": "light", "confidence": 0.99}'))
+    with pytest.raises(anthropic.PermissionDeniedError):  # sonnet itself is not granted: refused whatever the tier
+        claude(gateway).messages.create(model="sonnet", max_tokens=16, messages=[user(TRIVIAL)])
+    assert not fakes.openai_main.requests_for(CLASSIFIER_UPSTREAM)
