@@ -14,7 +14,6 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
-import yaml
 
 from tests.bundles import TENANTS, target, write_bundle
 from tests.conftest import Fakes, GatewayProcess, Services
@@ -174,8 +173,7 @@ def classifier_bundle(directory: Path, min_confidence: float = 0.8, team_models:
     tenants = copy.deepcopy(TENANTS)
     tenants["teams"]["eng"]["models"] = team_models or ["claude-*", "tier-*"]
     intent = intent_data([router(classifier={"model": "tier-classifier", "min_confidence": min_confidence, "max_tokens": 24})])
-    document = yaml.safe_dump(json.loads(json.dumps(intent)))
-    return write_bundle(directory, tenants=tenants, catalog=catalog, revision="intent-classifier", extra={"portcullis/intent/data.yaml": document})
+    return write_bundle(directory, tenants=tenants, catalog=catalog, revision="intent-classifier", sections={"intent": intent})
 
 
 def test_a_confident_classifier_chooses_the_tier_and_is_charged(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
