@@ -33,6 +33,8 @@ def refusal_record(exchange: Exchange, stage: str, error: GatewayError) -> dict[
         record["bundle"] = {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest}
         record["decision"] = decision_view(exchange)
     record.update(exchange.audit_started)
+    if "charged_micro_usd" in exchange.audit_outcome:  # sub-calls it made before it was refused (a classifier's guess)
+        record["charged_micro_usd"] = exchange.audit_outcome["charged_micro_usd"]
     return record
 
 

@@ -171,13 +171,13 @@ class Breakers:
             self._record("breaker_reopened", name, request_id, open_seconds=rule.open_seconds, half_open_at=half_open_at)
 
     async def succeeded(self, target: Target, probe: bool, request_id: str) -> None:
-        """A healthy answer: resets the count, and closes an open or half-open breaker.
-        Free when this process last saw nothing to reset."""
+        """A healthy answer: resets the count; the probe's also closes the breaker. Free
+        when this process last saw nothing to reset."""
         name = target_id(target)
         if not probe and not (await self.view()).watched(name):
             return
         try:
-            closed = await self._board.succeeded(name)
+            closed = await self._board.succeeded(name, probe)
         except StoreUnavailable:
             log.warning("request %s: a success of %s could not be recorded: the store cannot be reached", request_id, name)
             return

@@ -3,7 +3,7 @@ Anthropic direct cached for a conversation is not in Bedrock's cache, nor in ano
 Bedrock region's, so a conversation that moved once (its first target failed and the
 next one served it) should stay where its cache now is.
 
-This step remembers, per session (``engine.conversation.session_key``), the target
+This step remembers, per session (``Exchange.session_key``, the intent pin's too), the target
 that served the conversation (``served:<session>`` in ``Store.sessions``: in process,
 or in Redis for every replica) and on the next turn tries that target first, while
 the plan still authorises it and its circuit breaker is closed; the others keep their
@@ -24,12 +24,10 @@ from portcullis.adapters.pipeline import Admission, Exchange, Step
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.session_state import SessionState
 from portcullis.engine.breakers import target_id
-from portcullis.engine.conversation import prefix_key, session_key
 
 log = logging.getLogger("portcullis.cache_domain")
 
 DEFAULT_TTL_SECONDS = 3600
-PREFIX_SYSTEM_BLOCKS = 2  # the system texts that name a conversation (later ones may carry a date or a path)
 
 
 @dataclass(frozen=True)
@@ -57,9 +55,7 @@ class CacheDomainPin(Step[Pin]):
         settings = _settings(exchange)
         if settings is None or not exchange.targets or exchange.principal is None or exchange.request is None:
             return None
-        team, request = exchange.principal.team, exchange.request
-        prefix = prefix_key(team, request.tools, exchange.conversation(), PREFIX_SYSTEM_BLOCKS)
-        session = session_key(team, exchange.principal.user, request.session, prefix)
+        session = exchange.session_key()
         try:
             served = await self._sessions.get(f"served:{session}")
         except StoreUnavailable:

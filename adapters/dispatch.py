@@ -135,6 +135,9 @@ class Dispatcher:
             except StoreUnavailable:  # supply bookkeeping is down: the provider still decides
                 log.warning("request %s: provider key capacity unavailable; using the first key", call.request_id)
                 key, wait = pool.first, 0
+            except BaseException:  # a half-open breaker's probe must not stay leased to nothing
+                await _settled(health, "gateway_error", None)
+                raise
             if key is None:  # every key of this provider is full this minute or cooling down
                 call.record(target, "no_capacity")
                 last_error = GatewayError(
@@ -142,11 +145,11 @@ class Dispatcher:
                 )
                 await _settled(health, "no_capacity", None)
                 continue
-            headers = pair.upstream.wire.upstream_headers(key.secret, call.forward_headers)  # the credential joins only here
-            headers.update(call.extra_headers(target.provider))
-            if call.guardrail is not None:  # after the client's own: the policy's replaces whatever it sent
-                body = pair.upstream.wire.require_guardrail(body, headers, call.guardrail)
             try:
+                headers = pair.upstream.wire.upstream_headers(key.secret, call.forward_headers)  # the credential joins only here
+                headers.update(call.extra_headers(target.provider))
+                if call.guardrail is not None:  # after the client's own: the policy's replaces whatever it sent
+                    body = pair.upstream.wire.require_guardrail(body, headers, call.guardrail)
                 path = call.path or pair.upstream.wire.upstream_path(target.model, call.stream)
                 upstream = await provider.send(path, call.query, headers, body, affinity=call.affinity)
             except UpstreamUnreachable as failure:
@@ -154,6 +157,9 @@ class Dispatcher:
                 last_error = unreachable(failure)
                 await _settled(health, failure.reason, None)
                 continue
+            except BaseException:  # the gateway's own failure (or a cancelled request): the probe is released
+                await _settled(health, "gateway_error", None)
+                raise
             if upstream.status >= 300:
                 error = await upstream_error(upstream)
                 call.record(target, f"status_{upstream.status}", upstream.status)

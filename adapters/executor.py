@@ -109,20 +109,17 @@ class Executor:
             stage = "decide"
             exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile
             if operation == Operation.INFERENCE:  # routing layers route what is generated, not a count
-                for source in self._facts:
-                    fact = await source.gather(exchange)
-                    if fact is not None:
-                        exchange.facts[source.name] = fact
+                await self._gather_facts(exchange)
             exchange.plan = decide(exchange.bundle, exchange.principal, exchange.request, exchange.facts)
             if not exchange.plan.allow:
                 raise exchange.plan.refusal(exchange.arrived)
-            for source in self._facts:
-                await source.decided(exchange)
             exchange.targets = exchange.plan.targets
             stage = "admit"
             for step in self._steps:
                 if operation in step.operations:  # a step that does not apply never sees the request
                     exchange.admitted(step, await step.admit(exchange))
+            if operation == Operation.INFERENCE:  # only an admitted request's decision outlives it (a pinned tier)
+                await self._record_decided(exchange)
             if exchange.body_changed:  # serialised once, whatever number of steps edited it
                 exchange.request.raw = await serialised(exchange.request.body, len(exchange.request.raw))
         except GatewayError as error:
@@ -142,6 +139,25 @@ class Executor:
         except Exception:  # a gateway bug: the started record still gets its outcome
             log.exception("request %s: unexpected error during dispatch", exchange.request_id)
             return await self._finish_failed(exchange, internal_error())
+
+    async def _gather_facts(self, exchange: Exchange) -> None:
+        """What the routing layers decide from. A source that fails leaves its fact out
+        (the policy decides what absence means); it never fails the request."""
+        for source in self._facts:
+            try:
+                fact = await source.gather(exchange)
+            except Exception as error:
+                log.error("request %s: the %s fact could not be gathered: %s", exchange.request_id, source.name, type(error).__name__)
+                continue
+            if fact is not None:
+                exchange.facts[source.name] = fact
+
+    async def _record_decided(self, exchange: Exchange) -> None:
+        for source in self._facts:
+            try:
+                await source.decided(exchange)
+            except Exception as error:  # the request goes on; its next turn decides again
+                log.error("request %s: what the plan decided for %s could not be kept: %s", exchange.request_id, source.name, type(error).__name__)
 
     async def _dispatch_within_deadline(self, exchange: Exchange) -> Response | RelayedStream:
         """Dispatch within the request's total deadline (``limits.request_deadline_seconds``,

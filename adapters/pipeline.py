@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols.sse import SSEEvent
-from portcullis.engine.conversation import EMPTY, Conversation
+from portcullis.engine.conversation import EMPTY, SESSION_SYSTEM_BLOCKS, Conversation, prefix_key, session_key
 from portcullis.engine.pricing import Usage
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class Exchange:
     headers: dict[str, str] = field(default_factory=dict)  # what steps tell the client, on a served answer
     facts: dict[str, Any] = field(default_factory=dict)  # what the routing layers were told (input.facts)
     _conversation: Conversation | None = field(default=None, repr=False)
+    _session_key: str | None = field(default=None, repr=False)
 
     @property
     def day(self) -> dt.date:
@@ -117,13 +118,25 @@ class Exchange:
             self._conversation = self.protocol.surfaces.conversation(self.request.body) if self.request is not None else EMPTY
         return self._conversation
 
+    def session_key(self) -> str:
+        """The session this request belongs to, one key for every layer that keeps state
+        per session (a pinned tier, the cache domain): the client's session id when it
+        sends one, else the conversation's stable prefix; scoped to the principal."""
+        if self._session_key is None:
+            assert self.principal is not None and self.request is not None
+            team, request = self.principal.team, self.request
+            prefix = prefix_key(team, request.tools, self.conversation(), SESSION_SYSTEM_BLOCKS)
+            self._session_key = session_key(team, self.principal.user, request.session, prefix)
+        return self._session_key
+
 
 class FactSource:
     """What the gateway measures for the routing layers before the policy decides: its
-    ``gather`` becomes ``input.facts[name]`` (None: not known, and left out). After the
-    decision, ``decided`` records what the plan settled that must outlive the request
-    (a tier pinned to the session). Neither may raise: a fact that cannot be had is
-    absent, and the policy decides what an absent fact means."""
+    ``gather`` becomes ``input.facts[name]`` (None: not known, and left out). Once every
+    step has admitted the request, ``decided`` records what the plan settled that must
+    outlive it (a tier pinned to the session). A fact that cannot be had is absent, and
+    the policy decides what absence means: the executor leaves out the fact of a source
+    that raises, and logs only the error's type."""
 
     name: ClassVar[str]
 

@@ -26,6 +26,9 @@ class Conversation:
 
 
 EMPTY = Conversation()
+# The system texts that name a session: the agent's own prompt. Agents put per-turn
+# context (a date, the working directory, git status) in later blocks.
+SESSION_SYSTEM_BLOCKS = 1
 
 
 def prefix_key(team: str, tools: list[str], conversation: Conversation, system_blocks: int) -> str:

@@ -21,14 +21,16 @@ catalog := {
 
 tenants := {"teams": {"payments": {"models": ["claude-sonnet-*", "claude-haiku-*", "glm-*"], "regions": ["us-east-1"]}}}
 
-substitute(proposal) := result if {
+substitute(proposal) := substitute_for("claude-sonnet-4-5", proposal, {})
+
+substitute_for(model, proposal, facts) := result if {
 	granted := data.portcullis.access.entitlements({"team": "payments", "user": null})
 		with data.portcullis.catalog as catalog
 		with data.portcullis.tenants as tenants
-	current := data.portcullis._serve("payments", granted, [], "claude-sonnet-4-5")
+	current := data.portcullis._serve("payments", granted, [], model)
 		with data.portcullis.catalog as catalog
 		with data.portcullis.tenants as tenants
-	result := data.portcullis._substitute(granted, [], "payments", current, "budget_tier", proposal)
+	result := data.portcullis._substitute(granted, [], "payments", current, "budget_tier", proposal, facts)
 		with data.portcullis.catalog as catalog
 		with data.portcullis.tenants as tenants
 }
@@ -80,4 +82,20 @@ test_a_layer_that_kept_the_model_is_not_named_as_the_substituting_one if {
 		{"layer": "budget_tier", "from": "b", "to": "b", "applied": true},
 	]
 	data.portcullis._routing("a", "b", layers).layer == "intent"
+}
+
+test_a_request_its_own_model_cannot_serve_is_not_rescued_by_a_substitute if {
+	# glm-4.6 is granted but only outside the region lock: refused at L2, never routed
+	result := substitute_for("glm-4.6", {"model": "claude-haiku-4-5", "tier": "red"}, {})
+	result.route.model == "glm-4.6"
+	result.route.targets == []
+	result.layers == []
+}
+
+test_a_substitute_that_cannot_hold_the_conversation_keeps_the_model if {
+	result := substitute_for("claude-sonnet-4-5", {"model": "claude-haiku-4-5", "tier": "light"}, {"features": {"input_tokens": 262144}})
+	result.route.model == "claude-sonnet-4-5"
+	result.layers[0].reasons == ["context_exceeded"]
+	fits := substitute_for("claude-sonnet-4-5", {"model": "claude-haiku-4-5", "tier": "light"}, {"features": {"input_tokens": 65536}})
+	fits.route.model == "claude-haiku-4-5"
 }

@@ -8,11 +8,8 @@ where a test wants it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from tests.bundles import CATALOG, TENANTS, deep_copy, target, write_bundle
 
@@ -60,8 +57,7 @@ def tiered_bundle(
         tenants["teams"][team] = {"models": [TIERED, CHEAP]}
         rules[f"{team}-cap"] = {"subject": {"team": team}, "budget": {"limit_usd": limit_usd, "period": period}}
         configs[team] = {"budget": f"{team}-cap", "tiers": tiers}
-    document = yaml.safe_dump(json.loads(json.dumps({"teams": configs})))
-    return write_bundle(directory, tenants, tiered_catalog(), revision=revision, governance=rules, extra={"portcullis/budget_tiers/data.yaml": document})
+    return write_bundle(directory, tenants, tiered_catalog(), revision=revision, governance=rules, sections={"budget_tiers": {"teams": configs}})
 
 
 def body(max_tokens: int, model: str = TIERED) -> dict[str, Any]:

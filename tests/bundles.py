@@ -120,10 +120,11 @@ def write_bundle(
     governance: dict[str, Any] | None = None,
     pii: dict[str, Any] | None = None,
     integrity: dict[str, Any] | None = None,
-    endpoints: dict[str, Any] | None = None,
-    context_fit: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
 ) -> Path:
-    """A bundle in OPA layout: the product's Rego, the given data, a manifest."""
+    """A bundle in OPA layout: the product's Rego, the given data, a manifest.
+    ``sections`` are further concerns' data by name (``{"intent": {...}}`` becomes
+    ``portcullis/intent/data.yaml``)."""
     if directory.exists():
         shutil.rmtree(directory)
     (directory / "portcullis" / "tenants").mkdir(parents=True)
@@ -139,17 +140,14 @@ def write_bundle(
     if pii is not None:
         (directory / "portcullis" / "pii").mkdir()
         (directory / "portcullis" / "pii" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps({"policies": pii}))))
-    if endpoints is not None:
-        (directory / "portcullis" / "endpoints").mkdir()
-        (directory / "portcullis" / "endpoints" / "data.yaml").write_text(yaml.safe_dump(endpoints))
     if integrity is not None:  # the product's scanner and tool rules, with the given policies
         rules = yaml.safe_load((POLICY_SOURCES / "integrity" / "data.yaml").read_text())
         (directory / "portcullis" / "integrity").mkdir()
         document = {"injection_rules": rules["injection_rules"], "tool_rules": rules["tool_rules"], "policies": integrity}
         (directory / "portcullis" / "integrity" / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(document))))
-    if context_fit is not None:
-        (directory / "portcullis" / "context_fit").mkdir()
-        (directory / "portcullis" / "context_fit" / "data.yaml").write_text(yaml.safe_dump(context_fit))
+    for name, document in (sections or {}).items():
+        (directory / "portcullis" / name).mkdir()
+        (directory / "portcullis" / name / "data.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(document))))
     (directory / ".manifest").write_text(f'{{"revision": "{revision}", "roots": ["portcullis"]}}')
     for name, content in (extra or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)

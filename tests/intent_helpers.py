@@ -4,7 +4,6 @@ router's rules and the quickstart's keyword sets, on the test catalog's models."
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -39,5 +38,5 @@ def intent_data(routers: list[dict[str, Any]] | None = None, **overrides: Any) -
 
 
 def write_intent_bundle(directory: Path, intent: dict[str, Any] | None = None, tenants: dict[str, Any] | None = None, revision: str = "intent-1") -> Path:
-    document = yaml.safe_dump(json.loads(json.dumps(intent if intent is not None else intent_data())))
-    return write_bundle(directory, tenants=tenants, catalog=intent_catalog(), revision=revision, extra={"portcullis/intent/data.yaml": document})
+    intent = intent if intent is not None else intent_data()
+    return write_bundle(directory, tenants=tenants, catalog=intent_catalog(), revision=revision, sections={"intent": intent})

@@ -42,10 +42,10 @@ OPEN_SECONDS = 2
 
 
 def breaker_bundle(directory: Path, pin: bool = False) -> Path:
-    extra = {"portcullis/breakers/data.yaml": yaml.safe_dump({"default": {"consecutive_failures": FAILURES, "open_seconds": OPEN_SECONDS}})}
+    sections: dict[str, Any] = {"breakers": {"default": {"consecutive_failures": FAILURES, "open_seconds": OPEN_SECONDS}}}
     if pin:
-        extra["portcullis/cache_domains/data.yaml"] = yaml.safe_dump({"pin": True, "ttl_seconds": 600})
-    return write_bundle(directory, extra=extra)
+        sections["cache_domains"] = {"pin": True, "ttl_seconds": 600}
+    return write_bundle(directory, sections=sections)
 
 
 def claude(gateway: GatewayProcess, key: str | None = None) -> anthropic.Anthropic:

@@ -46,7 +46,7 @@ def pool(pods: FakePods) -> FakePods:
 def pool_gateway(directory: Path, fakes: Fakes, pooled: tuple[str, ...] = ("openai-main",), policy: dict = POLICY, **pool: Any) -> GatewayProcess:
     """A gateway whose ``pooled`` providers are each a pool of pods (``pool``: its fields)."""
     directory.mkdir(parents=True, exist_ok=True)
-    config = gateway_config(directory, fakes, write_bundle(directory / "bundle", endpoints=policy))
+    config = gateway_config(directory, fakes, write_bundle(directory / "bundle", sections={"endpoints": policy}))
     for provider in config["providers"]:
         if provider["name"] in pooled:
             del provider["base_url"]
@@ -187,7 +187,7 @@ def test_the_thresholds_are_the_active_bundle_s_and_a_reload_changes_them(tmp_pa
         pool.by_name(home).metrics = {WAITING: 9}  # under 16
         time.sleep(SCRAPE_SECONDS * 4)
         assert chat.turn() == home
-        write_bundle(running.directory / "bundle", endpoints={"max_waiting": 8}, revision="stricter")
+        write_bundle(running.directory / "bundle", sections={"endpoints": {"max_waiting": 8}}, revision="stricter")
         assert wait_until(lambda: "-> 'stricter'" in running.logs()), running.logs()
         assert chat.turn() != home  # 9 is over 8
     finally:

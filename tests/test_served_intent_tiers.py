@@ -14,7 +14,6 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
-import yaml
 
 from tests.bundles import TENANTS, target, write_bundle
 from tests.conftest import Fakes, GatewayProcess, Services
@@ -174,8 +173,7 @@ def classifier_bundle(directory: Path, min_confidence: float = 0.8, team_models:
     tenants = copy.deepcopy(TENANTS)
     tenants["teams"]["eng"]["models"] = team_models or ["claude-*", "tier-*"]
     intent = intent_data([router(classifier={"model": "tier-classifier", "min_confidence": min_confidence, "max_tokens": 24})])
-    document = yaml.safe_dump(json.loads(json.dumps(intent)))
-    return write_bundle(directory, tenants=tenants, catalog=catalog, revision="intent-classifier", extra={"portcullis/intent/data.yaml": document})
+    return write_bundle(directory, tenants=tenants, catalog=catalog, revision="intent-classifier", sections={"intent": intent})
 
 
 def test_a_confident_classifier_chooses_the_tier_and_is_charged(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
@@ -216,3 +214,11 @@ def test_a_team_that_may_not_use_the_classifier_model_is_routed_by_the_rules(tmp
     response = claude(gateway).messages.with_raw_response.create(model="sonnet", max_tokens=16, messages=[user(TRIVIAL)])
     assert response.parse().model == HAIKU_UPSTREAM and not fakes.openai_main.requests_for(CLASSIFIER_UPSTREAM)
     assert intent_view(gateway, response.headers["x-portcullis-request-id"])["by"] == "rule"
+
+
+def test_a_request_the_policy_refuses_anyway_costs_no_classifier_call(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=classifier_bundle(tmp_path / "bundle", team_models=["claude-haiku-*", "claude-opus-*", "tier-*"]))
+    fakes.openai_main.script(CLASSIFIER_UPSTREAM, Reply(text='{"tier": "light", "confidence": 0.99}'))
+    with pytest.raises(anthropic.PermissionDeniedError):  # sonnet itself is not granted: refused whatever the tier
+        claude(gateway).messages.create(model="sonnet", max_tokens=16, messages=[user(TRIVIAL)])
+    assert not fakes.openai_main.requests_for(CLASSIFIER_UPSTREAM)

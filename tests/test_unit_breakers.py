@@ -225,3 +225,24 @@ def test_an_unreachable_store_leaves_every_breaker_closed() -> None:
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_success_that_was_not_the_probe_leaves_an_open_breaker_open(run: Callable[[Scenario], None]) -> None:
+    """A request sent before the breaker opened (or by a replica that had not seen it open)
+    answering well says nothing of the target now: only the probe closes the breaker."""
+
+    async def scenario(boards: BoardFactory) -> None:
+        clock = Clock()
+        board = breakers(boards(), clock)
+        for _ in range(RULE.consecutive_failures):
+            await board.failed(US, RULE, "r")
+        await board.succeeded(US, False, "in-flight")
+        assert await board.admit(US, RULE) == "skip"
+        clock.now += 31
+        assert await board.admit(US, RULE) == "probe"
+        await board.succeeded(US, False, "another")  # still half-open: the probe decides
+        assert await board.facts() == {target_id(US): {"state": "half_open"}}
+        await board.succeeded(US, True, "probe")
+        assert await board.admit(US, RULE) == "send"
+
+    run(scenario)

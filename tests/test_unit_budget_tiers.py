@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from portcullis.adapters.auth import Principal
 from portcullis.adapters.budget_facts import BudgetFacts
@@ -43,8 +41,7 @@ def load(tmp_path: Path, configs: dict[str, Any]):
     tenants = deep_copy(TENANTS)
     for team in ("pay", "ops", "research"):
         tenants["teams"][team] = {"models": [TIERED, CHEAP]}
-    document = yaml.safe_dump(json.loads(json.dumps({"teams": configs})))
-    directory = write_bundle(tmp_path / "b", tenants, tiered_catalog(), governance=RULES, extra={"portcullis/budget_tiers/data.yaml": document})
+    directory = write_bundle(tmp_path / "b", tenants, tiered_catalog(), governance=RULES, sections={"budget_tiers": {"teams": configs}})
     return activate(parse_bundle(read_bundle_files(directory), []), PROVIDERS, TODAY)
 
 

@@ -109,15 +109,19 @@ def test_the_refusal_names_the_largest_window_and_what_the_request_needs() -> No
     assert "reasoning budget of 600 tokens" in budget.message and "512" in budget.message
 
 
+def fit_bundle(directory: Path, context_fit: dict[str, object]) -> ActiveBundle:
+    return activate(parse_bundle(read_bundle_files(write_bundle(directory, sections={"context_fit": context_fit})), []), PROVIDERS, TODAY)
+
+
 def test_the_margins_are_schema_checked_bundle_data(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match=r"context_fit\.estimate_margin_percent"):
-        activate(parse_bundle(read_bundle_files(write_bundle(tmp_path / "b", context_fit={"estimate_margin_percent": -1})), []), PROVIDERS, TODAY)
+        fit_bundle(tmp_path / "b", {"estimate_margin_percent": -1})
     with pytest.raises(BundleError, match="Additional properties"):
-        activate(parse_bundle(read_bundle_files(write_bundle(tmp_path / "c", context_fit={"margin": 5})), []), PROVIDERS, TODAY)
+        fit_bundle(tmp_path / "c", {"margin": 5})
 
 
 def test_the_margin_a_bundle_declares_is_the_one_applied(tmp_path: Path) -> None:
-    declared = activate(parse_bundle(read_bundle_files(write_bundle(tmp_path / "b", context_fit={"estimate_margin_percent": 25})), []), PROVIDERS, TODAY)
+    declared = fit_bundle(tmp_path / "b", {"estimate_margin_percent": 25})
     [verdict], _ = run_judge(declared, [Sized(window(1300), 1000, ESTIMATE)], BODY, 1)
     assert verdict.margin_tokens == 250 and not verdict.fits  # 1000 + 250 + 100 > 1300; 10% would have fitted
 

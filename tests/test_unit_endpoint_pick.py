@@ -93,7 +93,7 @@ def test_a_keyless_request_goes_to_any_pod() -> None:
 
 
 def _activate(tmp_path: Path, endpoints: dict | None) -> object:
-    directory = write_bundle(tmp_path / "bundle", endpoints=endpoints)
+    directory = write_bundle(tmp_path / "bundle", sections={"endpoints": endpoints} if endpoints is not None else None)
     return activate(parse_bundle(read_bundle_files(directory), []), ["anthropic-us", "anthropic-eu", "openai-main"], dt.date(2026, 6, 1))
 
 

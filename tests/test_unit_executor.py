@@ -165,12 +165,12 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, bundle: Any, steps: list[Step], us: ScriptedProvider, eu: ScriptedProvider) -> None:
+    def __init__(self, tmp_path: Path, bundle: Any, steps: list[Step], us: ScriptedProvider, eu: ScriptedProvider, facts: tuple[Any, ...] = ()) -> None:
         self.providers = {"anthropic-us": us, "anthropic-eu": eu, "openai-main": ScriptedProvider("openai-main")}
         self.pools = {name: RecordingPool(name) for name in self.providers}
         self.audit = AuditLog(tmp_path / "audit.jsonl")
         dispatcher = Dispatcher(self.providers, self.pools, max_attempts=3, pooled=["anthropic-us"])  # type: ignore[arg-type]
-        self.executor = Executor(Bundles(bundle), Authenticator(), dispatcher, self.audit, steps, 1 << 20, clock=lambda: NOW)  # type: ignore[arg-type]
+        self.executor = Executor(Bundles(bundle), Authenticator(), dispatcher, self.audit, steps, 1 << 20, clock=lambda: NOW, facts=facts)  # type: ignore[arg-type]
 
     def run(self, body: bytes = BODY, operation: Operation = Operation.INFERENCE) -> Any:
         return asyncio.run(self.executor.handle(http_request(body), anthropic_messages, operation))
@@ -396,24 +396,3 @@ def test_a_count_refused_by_a_step_is_denied_with_its_operation(tmp_path: Path, 
     assert json.loads(response.body)["error"]["type"] == "rate_limit_error"
     [denied] = harness.events()
     assert denied["event"] == "request_denied" and denied["operation"] == "count_tokens" and denied["stage"] == "admit"
-
-
-def test_every_turn_of_a_conversation_reaches_the_provider_with_one_affinity_key(tmp_path: Path, bundle: Any) -> None:
-    """The key a pool of pods hashes: the team, the tools, the first system texts and the
-    first message, so later turns keep it and another conversation gets another."""
-    harness = Harness(tmp_path, bundle, [], ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
-    first = {"role": "user", "content": "refactor the parser"}
-    turns = [[first], [first, {"role": "assistant", "content": "done"}, {"role": "user", "content": "now the tests"}]]
-    for messages in [*turns, [{"role": "user", "content": "another task"}]]:
-        body = {"model": "sonnet", "max_tokens": 64, "system": "you are terse", "messages": messages}
-        assert harness.run(json.dumps(body).encode()).status_code == 200
-    keys = harness.providers["anthropic-us"].affinities
-    assert len(keys) == 3 and all(isinstance(key, str) and len(key) == 32 for key in keys)
-    assert keys[0] == keys[1] != keys[2]
-
-
-def test_a_call_to_a_provider_without_a_pool_computes_no_affinity_key(tmp_path: Path, bundle: Any) -> None:
-    harness = Harness(tmp_path, bundle, [], ScriptedProvider("anthropic-us"), ScriptedProvider("anthropic-eu"))
-    body = {"model": "claude-haiku-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}]}  # anthropic-eu only
-    assert harness.run(json.dumps(body).encode()).status_code == 200
-    assert harness.providers["anthropic-eu"].affinities == [None]

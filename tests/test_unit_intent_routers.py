@@ -150,12 +150,14 @@ def test_the_pin_is_written_once_decided_and_read_on_later_turns(tmp_path: Path)
 
 def test_the_client_session_id_names_the_conversation(tmp_path: Path) -> None:
     bundle = load(tmp_path, intent_data())
-    one = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "hi"}]})
-    other = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "a different first message"}]})
-    one.request.session = other.request.session = "sess-1"
-    assert pin_key(one) == pin_key(other)
-    other.request.session = "sess-2"
-    assert pin_key(one) != pin_key(other)
+    def with_session(text: str, session: str) -> Any:
+        exchange = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": text}]})
+        exchange.request.session = session
+        return exchange
+
+    one = with_session("hi", "sess-1")
+    assert pin_key(one) == pin_key(with_session("a different first message", "sess-1"))
+    assert pin_key(one) != pin_key(with_session("a different first message", "sess-2"))
     another_team = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "hi"}]}, team="eu-team")
     another_team.request.session = "sess-1"
     assert pin_key(one) != pin_key(another_team)  # one team's session id never names another's pin
@@ -194,3 +196,17 @@ def test_a_store_that_fails_costs_the_pin_and_never_the_request(tmp_path: Path, 
     asyncio.run(scenario())
     assert "cannot be read" in caplog.text and "cannot be pinned" in caplog.text
     assert "secret" not in caplog.text
+
+
+def test_a_tier_whose_model_was_refused_is_not_pinned(tmp_path: Path) -> None:
+    bundle, sessions = load(tmp_path, intent_data()), MemorySessionState()
+    source = SessionPin(sessions, BundleRouters())
+    exchange = exchange_for(bundle, "anthropic_messages", {"messages": [{"role": "user", "content": "rename x to total"}]})
+
+    async def scenario() -> None:
+        refused = {"layer": "intent", "from": "a", "to": "b", "applied": False, "reasons": ["model_not_allowed"], "tier": "light", "pinned": False}
+        exchange.plan = plan_with(refused)
+        await source.decided(exchange)
+        assert await sessions.get(pin_key(exchange)) is None  # the conversation is not held to a tier it is not served on
+
+    asyncio.run(scenario())

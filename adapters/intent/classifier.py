@@ -72,6 +72,8 @@ class IntentClassifier(FactSource):
         if not features or not features.get("first_turn") or session:
             return None  # a later turn keeps its pin, or is decided by the rules
         try:
+            if not self._would_allow(exchange):
+                return None  # refused whatever the tier: nothing is spent on a guess
             return await self._classify(exchange, covered[1])
         except ClassifierFailed as failed:
             log.warning("request %s: the intent classifier gave no tier: %s", exchange.request_id, failed)
@@ -79,6 +81,13 @@ class IntentClassifier(FactSource):
         except Exception as error:  # never raised: the policy decides without a guess
             log.error("request %s: the intent classifier failed: %s", exchange.request_id, type(error).__name__)
             return {"error": "classifier_failed"}
+
+    @staticmethod
+    def _would_allow(exchange: Exchange) -> bool:
+        """Whether the request, decided on the facts so far (no guess: the rules choose
+        its tier), is allowed; a billable guess is made only for one that is."""
+        assert exchange.bundle is not None and exchange.principal is not None and exchange.request is not None
+        return decide(exchange.bundle, exchange.principal, exchange.request, dict(exchange.facts)).allow
 
     async def _classify(self, exchange: Exchange, router: dict[str, Any]) -> dict[str, Any]:
         settings, bundle, principal, request = router["classifier"], exchange.bundle, exchange.principal, exchange.request

@@ -23,19 +23,14 @@ from portcullis.adapters.intent.routers import BundleRouters
 from portcullis.adapters.pipeline import Exchange, FactSource
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.session_state import SessionState
-from portcullis.engine.conversation import prefix_key, session_key
 
 log = logging.getLogger("portcullis.intent")
 
-PREFIX_SYSTEM_BLOCKS = 1  # the product's own prompt: agents add per-turn context in later blocks
 LAYER = "intent"
 
 
 def pin_key(exchange: Exchange) -> str:
-    principal, request = exchange.principal, exchange.request
-    assert principal is not None and request is not None
-    prefix = prefix_key(principal.team, request.tools, exchange.conversation(), PREFIX_SYSTEM_BLOCKS)
-    return "tier:" + session_key(principal.team, principal.user, request.session, prefix)
+    return "tier:" + exchange.session_key()
 
 
 class SessionPin(FactSource):
@@ -61,7 +56,9 @@ class SessionPin(FactSource):
     async def decided(self, exchange: Exchange) -> None:
         plan = exchange.plan
         record = plan.routing.layer_record(LAYER) if plan is not None else None
-        if record is None or record.get("pinned") is not False or not isinstance(record.get("tier"), str):
+        # Only a tier whose model serves is pinned: one whose substitute was refused (not
+        # granted, breakers open, too small) would move the conversation once it is allowed.
+        if record is None or record.get("pinned") is not False or not record.get("applied") or not isinstance(record.get("tier"), str):
             return
         covered = self._routers.covering(exchange)
         if covered is None:

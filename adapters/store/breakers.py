@@ -57,8 +57,11 @@ class BreakerBoard(Protocol):
         """Count a failure; (what it changed, when the breaker half-opens, 0 if closed)."""
         ...
 
-    async def succeeded(self, target: str) -> bool:
-        """Close ``target``'s breaker and reset its count; whether it was open or half-open."""
+    async def succeeded(self, target: str, probe: bool) -> bool:
+        """Reset ``target``'s count of consecutive failures; the probe's success also closes
+        its breaker (whether it was open or half-open is returned). Any other success —
+        a request sent before the breaker opened, or by a replica that had not seen it open
+        yet — says nothing of the target now, and leaves an open breaker open."""
         ...
 
     async def claim_probe(self, target: str, lease_ms: int, now_ms: int) -> Claim:
@@ -95,8 +98,10 @@ class MemoryBreakerBoard:
         self._open[target] = now_ms + rule.open_ms
         return "opened", self._open[target]
 
-    async def succeeded(self, target: str) -> bool:
+    async def succeeded(self, target: str, probe: bool) -> bool:
         self._failures.pop(target, None)
+        if not probe:
+            return False
         self._probes.pop(target, None)
         return self._open.pop(target, None) is not None
 
@@ -138,6 +143,7 @@ return {1, open_until}
 # KEYS: open zset, failures hash, probe lease. ARGV: target.
 _SUCCEEDED = """
 redis.call('HDEL', KEYS[2], ARGV[1])
+if ARGV[2] ~= '1' then return 0 end
 redis.call('DEL', KEYS[3])
 return redis.call('ZREM', KEYS[1], ARGV[1])
 """
@@ -188,9 +194,9 @@ class RedisBreakerBoard:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         return _TRANSITIONS[int(code)], int(until)
 
-    async def succeeded(self, target: str) -> bool:
+    async def succeeded(self, target: str, probe: bool) -> bool:
         try:
-            return bool(await self._succeeded(keys=[self._open, self._failures, self._probe + target], args=[target]))
+            return bool(await self._succeeded(keys=[self._open, self._failures, self._probe + target], args=[target, "1" if probe else "0"]))
         except RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
 

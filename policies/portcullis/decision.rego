@@ -130,13 +130,13 @@ _authorise(principal, request, model, facts) := plan if {
 _routed(principal, request, granted, requires, requested, facts) := {"route": requested, "layers": []} if {
 	facts == {}
 } else := {"route": requested, "layers": []} if {
-	not granted.models[requested.model] # only a request the principal may make is routed: L2 refusals stop the stack
+	not granted.models[requested.model] # refused at L2 (see _proposes): no proposal is asked for
 } else := {"route": requested, "layers": []} if {
 	count(object.filter(facts, ["features", "session", "classifier", "budgets"])) == 0
 } else := {"route": by_budget.route, "layers": array.concat(by_intent.layers, by_budget.layers)} if {
-	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, requested.model, facts))
+	by_intent := _substitute(granted, requires, principal.team, requested, "intent", data.portcullis.intent.proposal(principal, request, requested.model, facts), facts)
 	model := by_intent.route.model
-	by_budget := _substitute(granted, requires, principal.team, by_intent.route, "budget_tier", data.portcullis.budget_tiers.proposal(principal, request, model, facts))
+	by_budget := _substitute(granted, requires, principal.team, by_intent.route, "budget_tier", data.portcullis.budget_tiers.proposal(principal, request, model, facts), facts)
 }
 
 # A model's candidates and which of them this principal and request may use.
@@ -169,19 +169,29 @@ _serve(team, granted, requires, model) := route if {
 # principal may not use, or that has no authorised target, never replaces the model.
 # A proposal of the model so far changes nothing but is recorded (from == to): the
 # tier it names is part of the decision (the intent layer pins it to the session).
-# The model so far is granted: the requested one (_routed checks it) or a substitute
-# taken, which is re-authorised here.
-_substitute(granted, requires, team, current, layer, proposal) := {"route": current, "layers": []} if {
+_substitute(granted, requires, team, current, layer, proposal, facts) := {"route": current, "layers": []} if {
 	proposal == null # most requests: checked before any call
+} else := {"route": current, "layers": []} if {
+	not _proposes(granted, current, proposal)
 } else := {"route": current, "layers": [object.union(proposal, {"layer": layer, "from": current.model, "to": current.model, "applied": true})]} if {
 	proposal.model == current.model
 } else := _substituted(
 	current,
 	substitute,
-	_substitute_refusals(granted, proposal.model, substitute),
+	_substitute_refusals(granted, proposal.model, substitute, facts),
 	object.union(proposal, {"layer": layer, "from": current.model, "to": proposal.model}),
 ) if {
 	substitute := _serve(team, granted, requires, proposal.model)
+}
+
+# Only a request the principal may make, and that its model can serve, is routed
+# further: an L2 refusal (no grant, no target in the region lock, a guardrail conflict)
+# stops the stack, so a substitute never serves what the request alone could not.
+_proposes(granted, current, proposal) if {
+	proposal != null
+	granted.models[current.model]
+	current.targets != []
+	not current.guardrails.conflict
 }
 
 _substituted(current, substitute, [], record) := {"route": substitute, "layers": [object.union(record, {"applied": true})]}
@@ -190,13 +200,28 @@ _substituted(current, substitute, refusals, record) := {"route": current, "layer
 	count(refusals) > 0
 }
 
-_substitute_refusals(granted, model, substitute) := array.concat(
-	["model_not_allowed" | not granted.models[model]],
+_substitute_refusals(granted, model, substitute, facts) := array.concat(
 	array.concat(
+		["model_not_allowed" | not granted.models[model]],
 		["guardrail_conflict" | substitute.guardrails.conflict],
+	),
+	array.concat(
 		["no_authorised_target" | granted.models[model]; substitute.targets == []],
+		["context_exceeded" | _outgrows(substitute.targets, facts)],
 	),
 )
+
+# A substitute none of whose targets holds the conversation as the gateway measured it
+# (facts.features.input_tokens, an underestimate) would only be refused by context fit
+# (L5) after the decision: the model so far serves instead. So a session pinned to a
+# small tier on a short first turn keeps being served once it outgrows that tier.
+_outgrows(targets, facts) if {
+	tokens := facts.features.input_tokens
+	targets != []
+	every target in targets {
+		target.context_window < tokens
+	}
+}
 
 # What the routing layers did: each proposal and whether it was taken; the model the
 # request resolved to when a layer replaced it, and the last layer that did.
