@@ -84,8 +84,8 @@ def features_pool(active: Any) -> list[dict[str, Any]]:
 
 
 def breaker_board(catalog: dict[str, Any]) -> dict[str, Any]:
-    """Two open breakers and one half-open, on models the requests name."""
-    from portcullis.engine.breakers import target_id  # noqa: F401  (only with L6)
+    """Two open breakers and one half-open, on models the requests name, named as
+    engine/breakers.py target_id names them."""
 
     def first(model: str) -> str:
         target = catalog["models"][model]["targets"][0]
@@ -102,10 +102,7 @@ def requests(active: Any, samples: int) -> dict[str, list[str]]:
     tenants, catalog, _ = bundle_gen.generate()
     routers = IntentRouters.from_data(active.bundle.data["portcullis"]["intent"])
     pool = features_pool(active)
-    try:
-        board: dict[str, Any] | None = breaker_board(catalog)
-    except ImportError:  # a gateway without L6: no breakers fact to measure
-        board = None
+    board = breaker_board(catalog)
     rng = random.Random(11)
     teams, names = list(tenants["teams"]), list(catalog["models"]) + list(catalog["aliases"])
     variants: dict[str, list[str]] = {name: [] for name in ("none", "intent", "budget tiers", "breakers", "all")}
@@ -123,7 +120,7 @@ def requests(active: Any, samples: int) -> dict[str, list[str]]:
             if rng.random() < 0.5:
                 intent["session"] = {"tier": rng.choice(TIERS)}
         budgets = {"budgets": {f"{team}-month": {"percent": rng.choice(PERCENTS)}}}
-        breakers = {"breakers": board} if board else {}
+        breakers = {"breakers": board}
         for name, facts in (("none", {}), ("intent", intent), ("budget tiers", budgets), ("breakers", breakers), ("all", {**intent, **budgets, **breakers})):
             variants[name].append(json.dumps({**base, "facts": facts} if facts else base, separators=(",", ":")))
     return variants
@@ -204,9 +201,11 @@ async def python_facts(tmp: Path, calls: int) -> dict[str, float]:
     and the breakers board read, embedded and on Redis."""
     from redis.asyncio import Redis
 
+    from portcullis.adapters.breakers import BreakerFacts, Breakers
     from portcullis.adapters.intent.features import FeatureSource
     from portcullis.adapters.intent.routers import BundleRouters
     from portcullis.adapters.intent.session_pin import SessionPin, pin_key
+    from portcullis.adapters.store.breakers import MemoryBreakerBoard, RedisBreakerBoard
     from portcullis.adapters.store.session_state import MemorySessionState, RedisSessionState
 
     on = activate_dir(bundle_gen.write(tmp / "facts-on", routing=True))
@@ -233,16 +232,10 @@ async def python_facts(tmp: Path, calls: int) -> dict[str, float]:
     for label, state in pins.items():
         pin = SessionPin(state, routers)
         actions[f"session pin read, {label}"] = lambda s=pin: gather(s)
-    try:
-        from portcullis.adapters.breakers import BreakerFacts, Breakers
-        from portcullis.adapters.store.breakers import MemoryBreakerBoard, RedisBreakerBoard
-
-        for label, board in (("embedded", MemoryBreakerBoard()), ("shared (Redis)", RedisBreakerBoard(redis, prefix))):
-            for cache, how in ((0.5, "as served, 0.5 s reading"), (0.0, "read every request")):
-                facts = BreakerFacts(Breakers(board, cache_seconds=cache))
-                actions[f"breakers board, {label}, {how}"] = lambda f=facts: f.gather(sample)
-    except ImportError:
-        print("  (no circuit breakers in this gateway: the breakers board is not measured)")
+    for label, board in (("embedded", MemoryBreakerBoard()), ("shared (Redis)", RedisBreakerBoard(redis, prefix))):
+        for cache, how in ((0.5, "as served, 0.5 s reading"), (0.0, "read every request")):
+            facts = BreakerFacts(Breakers(board, cache_seconds=cache))
+            actions[f"breakers board, {label}, {how}"] = lambda f=facts: f.gather(sample)
     figures = await interleaved(actions, calls)
     keys = [key async for key in redis.scan_iter(f"{prefix}*")]
     if keys:
