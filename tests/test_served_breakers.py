@@ -15,6 +15,7 @@ import concurrent.futures
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ import anthropic
 import botocore.exceptions
 import openai
 import pytest
-import yaml
 
 from tests.bedrock_helpers import APAC_ID, CONVERSE, NOVA, SONNET_ID, bedrock_gateway, boto3_client, issue, reference_bundle
 from tests.bundles import write_bundle
@@ -238,15 +238,26 @@ def test_a_conversation_stays_in_the_cache_domain_that_served_it(fresh_gateway, 
 # --- Bedrock: the reference routing (Seoul, Oregon, Anthropic direct) ------------------------
 
 
-def bedrock_breaker_gateway(tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes, pin: bool = False) -> GatewayProcess:
-    extra = {"portcullis/breakers/data.yaml": yaml.safe_dump({"default": {"consecutive_failures": FAILURES, "open_seconds": OPEN_SECONDS}})}
-    if pin:
-        extra["portcullis/cache_domains/data.yaml"] = yaml.safe_dump({"pin": True})
-    return bedrock_gateway(tmp_path, fakes, bedrock, bundle=reference_bundle(tmp_path / "bundle", extra=extra))
+@pytest.fixture
+def bedrock_breakers(tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes) -> Iterator[Callable[[bool], GatewayProcess]]:
+    """Start a gateway on the reference routing with breakers (and the cache-domain pin
+    if asked); every gateway started is stopped after the test."""
+    started: list[GatewayProcess] = []
+
+    def start(pin: bool = False) -> GatewayProcess:
+        sections: dict[str, Any] = {"breakers": {"default": {"consecutive_failures": FAILURES, "open_seconds": OPEN_SECONDS}}}
+        if pin:
+            sections["cache_domains"] = {"pin": True}
+        started.append(bedrock_gateway(tmp_path, fakes, bedrock, bundle=reference_bundle(tmp_path / "bundle", sections=sections)))
+        return started[-1]
+
+    yield start
+    for gateway in started:
+        gateway.stop()
 
 
-def test_every_target_open_is_a_bedrock_service_unavailable(tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes) -> None:
-    gateway = bedrock_breaker_gateway(tmp_path, fakes, bedrock)
+def test_every_target_open_is_a_bedrock_service_unavailable(bedrock_breakers: Callable[..., GatewayProcess], bedrock: BedrockFakes) -> None:
+    gateway = bedrock_breakers()
     client = boto3_client(gateway, issue(gateway))
     bedrock.usw2.script(NOVA, *[Fail(500) for _ in range(FAILURES)])
     for n in range(FAILURES):  # each its own body: a signed request sent twice in a second is a replay
@@ -261,8 +272,8 @@ def test_every_target_open_is_a_bedrock_service_unavailable(tmp_path: Path, fake
     assert len(bedrock.usw2.requests_for(NOVA)) == FAILURES
 
 
-def test_a_bedrock_conversation_stays_in_the_region_that_served_it(tmp_path: Path, fakes: Fakes, bedrock: BedrockFakes) -> None:
-    gateway = bedrock_breaker_gateway(tmp_path, fakes, bedrock, pin=True)
+def test_a_bedrock_conversation_stays_in_the_region_that_served_it(bedrock_breakers: Callable[..., GatewayProcess], bedrock: BedrockFakes) -> None:
+    gateway = bedrock_breakers(pin=True)
     client = boto3_client(gateway, issue(gateway))
     bedrock.apne2.script(APAC_ID, Fail(503))  # Seoul fails once: Oregon serves, and holds the conversation's cache now
     first_turn = [{"role": "user", "content": [{"text": "Summarise the design doc."}]}]
