@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
@@ -27,13 +27,11 @@ from portcullis.adapters.pipeline import Exchange, FactSource
 from portcullis.adapters.policy_input import decide
 from portcullis.adapters.protocols import registry
 from portcullis.adapters.protocols.registry import Route
-from portcullis.adapters.providers import UpstreamUnreachable
-from portcullis.adapters.upstream_errors import TryNext, unreachable
+from portcullis.adapters.subcall_answer import SubcallOutcome, read_answer
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.governance import bound_for
 from portcullis.engine.intent_keywords import MAX_CHARS
 from portcullis.engine.plan import Target
-from portcullis.engine.pricing import Usage
 
 if TYPE_CHECKING:
     from portcullis.adapters.governance import Governance
@@ -117,7 +115,7 @@ class IntentClassifier(FactSource):
             reservation = await self._governance.reserve_subcall(replace(exchange, plan=plan), SUBCALL, bound)
         except GatewayError as refused:
             raise ClassifierFailed(f"classifier_{refused.code or 'refused'}") from None
-        outcome = _Outcome()
+        outcome = SubcallOutcome()
 
         async def prepared(pair: Route, target: Target) -> bytes:
             return body
@@ -134,25 +132,9 @@ class IntentClassifier(FactSource):
                 await self._governance.settle_subcall(reservation, outcome.usage, cost, outcome.served)
 
 
-@dataclass
-class _Outcome:
-    served: Target | None = None  # the provider answered 2xx: it may have done (and billed) the work
-    usage: Usage | None = None
-
-
-async def _read(attempt: Attempt, call: Call, outcome: _Outcome) -> str:
-    outcome.served = attempt.target
+async def _read(attempt: Attempt, call: Call, outcome: SubcallOutcome) -> str:
     try:
-        raw = await attempt.upstream.read(MAX_ANSWER_BYTES)
-    except UpstreamUnreachable as failure:
-        raise TryNext(failure.reason, unreachable(failure)) from None
-    finally:
-        attempt.upstream.release()
-    call.record(attempt.target, "ok", attempt.upstream.status)
-    try:
-        document = json.loads(raw)
-        outcome.usage = attempt.route.upstream.wire.usage_of(document) if isinstance(document, dict) else None
-        return attempt.route.upstream.wire.answer_text(document)
+        return attempt.route.upstream.wire.answer_text(await read_answer(attempt, call, outcome, MAX_ANSWER_BYTES))
     except ValueError:
         raise ClassifierFailed("classifier_answer_unreadable") from None
 

@@ -15,7 +15,6 @@ import json
 import logging
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
@@ -23,12 +22,10 @@ from portcullis.adapters.pii.detectors import DetectorFailed
 from portcullis.adapters.protocols import registry
 from portcullis.adapters.protocols.interfaces import Wire
 from portcullis.adapters.protocols.registry import Route
-from portcullis.adapters.providers import UpstreamUnreachable
-from portcullis.adapters.upstream_errors import TryNext, unreachable
+from portcullis.adapters.subcall_answer import SubcallOutcome, read_answer
 from portcullis.engine.governance import bound_for
 from portcullis.engine.pii.recognizers import Finding
 from portcullis.engine.plan import Target
-from portcullis.engine.pricing import Usage
 
 if TYPE_CHECKING:
     from portcullis.adapters.governance import Governance
@@ -65,7 +62,7 @@ class ClassifierDetector:
         price = exchange.bundle.price_for(target, exchange.day)
         bound = bound_for([(len(body) + 64, max_output, price)], "upper-bound:utf8-bytes")  # bytes bound tokens from above
         reservation = await self._governance.reserve_subcall(exchange, SUBCALL, bound)  # a refusal refuses the request
-        outcome = _Outcome()
+        outcome = SubcallOutcome()
 
         async def prepared(pair: Route, target: Target) -> bytes:
             return body
@@ -79,29 +76,14 @@ class ClassifierDetector:
         finally:
             if reservation is not None:
                 cost = price.cost(outcome.usage) if outcome.usage is not None else 0
-                await self._governance.settle_subcall(reservation, outcome.usage, cost, target if outcome.served else None)
+                await self._governance.settle_subcall(reservation, outcome.usage, cost, outcome.served)
 
 
-@dataclass
-class _Outcome:
-    served: bool = False  # the provider answered 2xx: it may have done (and billed) the work
-    usage: Usage | None = None
-
-
-async def _read(attempt: Attempt, call: Call, outcome: _Outcome) -> str:
-    outcome.served = True
+async def _read(attempt: Attempt, call: Call, outcome: SubcallOutcome) -> str:
     try:
-        raw = await attempt.upstream.read(MAX_ANSWER_BYTES)
-    except UpstreamUnreachable as failure:
-        raise TryNext(failure.reason, unreachable(failure)) from None
-    finally:
-        attempt.upstream.release()
-    call.record(attempt.target, "ok", attempt.upstream.status)
-    try:
-        document = json.loads(raw)
+        document = await read_answer(attempt, call, outcome, MAX_ANSWER_BYTES)
     except ValueError:
         raise DetectorFailed("the classifier's answer is not JSON") from None
-    outcome.usage = attempt.route.upstream.wire.usage_of(document) if isinstance(document, dict) else None
     return _answer_text(attempt.route.upstream.wire, document)
 
 
