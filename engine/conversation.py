@@ -12,6 +12,7 @@ first turn has one message.) Texts are hashed, never kept."""
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 class Conversation:
     system: tuple[str, ...] = ()  # the system / developer / instructions texts, in order
     first_message: tuple[str, ...] = ()  # the texts of the first non-system message
-    first_user_texts: tuple[str, ...] = ()  # the texts of the first user message: the task as asked
+    first_user_texts: tuple[str, ...] = ()  # the task as asked: the first user message's texts, less the agent's context
     turns: int = 0  # user messages so far (a tool result counts: it is a turn of an agent's loop)
     messages: int = 0  # every non-system message
     reasoning: bool = False  # the client asked for extended thinking / reasoning
@@ -51,10 +52,24 @@ def session_key(team: str, user: str | None, client_session: str | None, prefix:
     return digest.hexdigest()
 
 
+# A text that is one element and nothing else, named as agents name their context
+# (`<system-reminder>…</system-reminder>`, `<environment_context>…</environment_context>`,
+# a compound name: never an HTML tag): what a coding agent puts beside the user's ask in
+# the same message, not the ask itself.
+_CONTEXT_BLOCK = re.compile(r"\s*<([a-z][a-z0-9]*[-_][a-z0-9_-]{0,62})(?:\s[^>]*)?>.*</\1>\s*", re.DOTALL)
+
+
+def task_texts(texts: tuple[str, ...]) -> tuple[str, ...]:
+    """The user's ask among a message's texts: the agent's context blocks left out (all
+    of them, when nothing else is there: then they are the ask)."""
+    asked = tuple(text for text in texts if not _CONTEXT_BLOCK.fullmatch(text))
+    return asked or texts
+
+
 def conversation_of(system: list[str], messages: list[tuple[str, tuple[str, ...]]], reasoning: bool = False) -> Conversation:
     """Built from a protocol's system texts and its messages as (role, texts), role one
     of ``user``, ``assistant`` or ``tool`` (a tool's result sent back)."""
-    first_user = next((texts for role, texts in messages if role == "user"), ())
+    first_user = task_texts(next((texts for role, texts in messages if role == "user"), ()))
     return Conversation(
         system=tuple(system),
         first_message=messages[0][1] if messages else (),

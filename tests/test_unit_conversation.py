@@ -95,3 +95,20 @@ def test_reasoning_requested_is_seen_in_every_protocol() -> None:
         assert surfaces.conversation({**first, **on}).reasoning, name
         assert not surfaces.conversation({**first, **off}).reasoning, name
         assert not surfaces.conversation(first).reasoning, name
+
+
+def test_the_task_leaves_out_the_context_an_agent_puts_beside_the_ask() -> None:
+    reminder = "<system-reminder>\nContext: this project uses a security review and a design doc.\n</system-reminder>"
+    environment = '<environment_context cwd="/repo">\n  <shell>bash</shell>\n</environment_context>'
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": reminder}, {"type": "text", "text": TASK}]}]}
+    conversation = protocol("anthropic_messages").surfaces.conversation(body)
+    assert conversation.first_user_texts == (TASK,)
+    assert conversation.first_message == (reminder, TASK)  # the prefix still hashes the whole message
+    responses = {"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": environment}, {"type": "input_text", "text": TASK}]}]}
+    assert protocol("openai_responses").surfaces.conversation(responses).first_user_texts == (TASK,)
+    only_context = {"messages": [{"role": "user", "content": [{"type": "text", "text": reminder}]}]}
+    assert protocol("anthropic_messages").surfaces.conversation(only_context).first_user_texts == (reminder,)
+    # an ask that merely starts with markup, or mentions a tag, is the ask
+    for ask in ("<b>Bold</b> this heading please", "Why does </div> close <div> here?", "<p>one</p> and <p>two</p>", "<main>the page</main>"):
+        asked = {"messages": [{"role": "user", "content": [{"type": "text", "text": reminder}, {"type": "text", "text": ask}]}]}
+        assert protocol("anthropic_messages").surfaces.conversation(asked).first_user_texts == (ask,), ask
