@@ -21,20 +21,19 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
+from portcullis.adapters.dispatch import Dispatcher, DispatchFailed
 from portcullis.adapters.intent.routers import BundleRouters
 from portcullis.adapters.pipeline import Exchange, FactSource
 from portcullis.adapters.policy_input import decide
 from portcullis.adapters.protocols import registry
-from portcullis.adapters.protocols.registry import Route
-from portcullis.adapters.subcall_answer import SubcallOutcome, read_answer
+from portcullis.adapters.subcall_answer import ask
 from portcullis.engine.errors import GatewayError
 from portcullis.engine.governance import bound_for
 from portcullis.engine.intent_keywords import MAX_CHARS
-from portcullis.engine.plan import Target
 
 if TYPE_CHECKING:
     from portcullis.adapters.governance import Governance
+    from portcullis.adapters.protocols.interfaces import Wire
 
 log = logging.getLogger("portcullis.intent")
 
@@ -115,28 +114,18 @@ class IntentClassifier(FactSource):
             reservation = await self._governance.reserve_subcall(replace(exchange, plan=plan), SUBCALL, bound)
         except GatewayError as refused:
             raise ClassifierFailed(f"classifier_{refused.code or 'refused'}") from None
-        outcome = SubcallOutcome()
-
-        async def prepared(pair: Route, target: Target) -> bytes:
-            return body
-
-        call = Call(exchange.request_id, protocol_name, targets, prepared, tokens=bound.tokens)
+        call = (exchange.request_id, protocol_name, targets, body, bound.tokens)
         try:
-            answer = await self._dispatcher.dispatch(call, lambda attempt: _read(attempt, call, outcome))
-            return _guess(answer, tiers)
+            answer = await ask(self._dispatcher, self._governance, reservation, price, call, MAX_ANSWER_BYTES, _text)
         except DispatchFailed as failed:
             raise ClassifierFailed(f"classifier_{failed.error.code or 'unavailable'}") from None
-        finally:
-            if reservation is not None:
-                cost = price.cost(outcome.usage) if outcome.usage is not None else 0
-                await self._governance.settle_subcall(reservation, outcome.usage, cost, outcome.served)
+        except ValueError:
+            raise ClassifierFailed("classifier_answer_unreadable") from None
+        return _guess(answer, tiers)
 
 
-async def _read(attempt: Attempt, call: Call, outcome: SubcallOutcome) -> str:
-    try:
-        return attempt.route.upstream.wire.answer_text(await read_answer(attempt, call, outcome, MAX_ANSWER_BYTES))
-    except ValueError:
-        raise ClassifierFailed("classifier_answer_unreadable") from None
+def _text(wire: Wire, document: Any) -> str:
+    return wire.answer_text(document)  # a ValueError when it has none: unreadable
 
 
 def _guess(answer: str, tiers: list[str]) -> dict[str, Any]:

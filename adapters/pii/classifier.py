@@ -17,15 +17,13 @@ import re
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
+from portcullis.adapters.dispatch import Dispatcher, DispatchFailed
 from portcullis.adapters.pii.detectors import DetectorFailed
 from portcullis.adapters.protocols import registry
 from portcullis.adapters.protocols.interfaces import Wire
-from portcullis.adapters.protocols.registry import Route
-from portcullis.adapters.subcall_answer import SubcallOutcome, read_answer
+from portcullis.adapters.subcall_answer import ask
 from portcullis.engine.governance import bound_for
 from portcullis.engine.pii.recognizers import Finding
-from portcullis.engine.plan import Target
 
 if TYPE_CHECKING:
     from portcullis.adapters.governance import Governance
@@ -62,29 +60,14 @@ class ClassifierDetector:
         price = exchange.bundle.price_for(target, exchange.day)
         bound = bound_for([(len(body) + 64, max_output, price)], "upper-bound:utf8-bytes")  # bytes bound tokens from above
         reservation = await self._governance.reserve_subcall(exchange, SUBCALL, bound)  # a refusal refuses the request
-        outcome = SubcallOutcome()
-
-        async def prepared(pair: Route, target: Target) -> bytes:
-            return body
-
-        call = Call(exchange.request_id, protocol_name, (target,), prepared, tokens=bound.tokens)
+        call = (exchange.request_id, protocol_name, (target,), body, bound.tokens)
         try:
-            answer = await self._dispatcher.dispatch(call, lambda attempt: _read(attempt, call, outcome))
-            return _findings(answer, texts, entities)
+            answer = await ask(self._dispatcher, self._governance, reservation, price, call, MAX_ANSWER_BYTES, _answer_text)
         except DispatchFailed as failed:
             raise DetectorFailed(f"the classifier could not be called ({failed.error.code or 'no answer'})") from None
-        finally:
-            if reservation is not None:
-                cost = price.cost(outcome.usage) if outcome.usage is not None else 0
-                await self._governance.settle_subcall(reservation, outcome.usage, cost, outcome.served)
-
-
-async def _read(attempt: Attempt, call: Call, outcome: SubcallOutcome) -> str:
-    try:
-        document = await read_answer(attempt, call, outcome, MAX_ANSWER_BYTES)
-    except ValueError:
-        raise DetectorFailed("the classifier's answer is not JSON") from None
-    return _answer_text(attempt.route.upstream.wire, document)
+        except ValueError:
+            raise DetectorFailed("the classifier's answer is not JSON") from None
+        return _findings(answer, texts, entities)
 
 
 def _request(wire: Wire, model: str, types: list[str], texts: list[str], max_output: int) -> bytes:
