@@ -159,6 +159,7 @@ class PostgresPoolConfig:
 @dataclass(frozen=True)
 class StoreConfig:
     kind: str = "embedded"
+    durability: str = "process"  # process: a record survives a gateway crash; fsync: a machine crash too
     path: Path = Path(".portcullis/portcullis.db")
     database_url_env: str = "DATABASE_URL"
     redis_url_env: str = "REDIS_URL"
@@ -214,6 +215,7 @@ class Config:
     pii: PiiConfig = field(default_factory=lambda: PiiConfig())
     integrity: IntegrityConfig = field(default_factory=lambda: IntegrityConfig())
     request_limits: RequestLimits = field(default_factory=lambda: RequestLimits())
+    workers: int = 1  # gateway processes on the one port ("auto" in the file: the cores this process may use)
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def provider_regions(self) -> dict[str, str | None]:
@@ -300,6 +302,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
     integrity, webhook = document.get("integrity", {}), document.get("integrity", {}).get("webhook", {})
     return Config(
         source=source,
+        workers=_workers(document.get("workers", "auto")),
         host=listen.get("host", "127.0.0.1"),
         port=listen.get("port", 8080),
         drain_seconds=listen.get("drain_seconds", 25.0),
@@ -311,6 +314,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         providers=providers,
         store=StoreConfig(
             kind=store.get("kind", "embedded"),
+            durability=store.get("durability", "process"),
             path=resolve(store.get("path", ".portcullis/portcullis.db")),
             database_url_env=store.get("database_url_env", "DATABASE_URL"),
             redis_url_env=store.get("redis_url_env", "REDIS_URL"),
@@ -386,6 +390,14 @@ def _base_url(entry: dict[str, Any]) -> str:
 
 
 _REQUEST_LIMITS = tuple(RequestLimits.__dataclass_fields__)
+
+
+def _workers(value: int | str) -> int:
+    """``auto``: one process per core this process may run on (its CPU affinity, which a
+    container's cpuset narrows), at least one."""
+    if value == "auto":
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return int(value)
 
 
 def _check_tls(source: Path, cert: Path, key: Path) -> None:
