@@ -105,7 +105,7 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
     if config.kind == "embedded":
         from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
 
-        sqlite = SqliteKeyStore.open(config.path)
+        sqlite = SqliteKeyStore.open(config.path, config.durability)
         return Store(sqlite, MemoryFailureCounter(max_failures, window), SqliteLedger(sqlite.connection), MemoryCapacity())
     from portcullis.adapters.store.connections import redis_client
     from portcullis.adapters.store.postgres import PostgresKeyStore
