@@ -4,8 +4,8 @@ Every reservation and settlement is one write inside a ``BEGIN IMMEDIATE`` trans
 so several processes sharing the file stay exact: the file is the only authority for
 the counters, and a reservation is judged on their values under the write lock. The
 writes of concurrent requests of one process share a transaction (``GroupCommit``).
-Each write costs a handful of statements whatever the number of counters: one
-statement per table it touches, not one per counter.
+A write reads each table it needs once, for all its counters, and skips what cannot
+change (a window slide with nothing expired, a read-before-update of the reservation).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ _CLEANUP_EVERY = 1000  # reservations between two sweeps of expired counters
 
 
 class SqliteLedger:
+    """The ``Ledger`` on one SQLite connection (the key store's); writes go through group commit."""
+
     def __init__(self, connection: sqlite3.Connection, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
         self._db = connection
         self._clock = clock
