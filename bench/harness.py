@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,39 @@ def gateway_config(port: int, fake_port: int, bundle: Path, store: dict[str, Any
     }
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A gateway's configuration file, environment and key, ready to serve on ``port``."""
+
+    config: Path
+    environment: dict[str, str]
+    key: str
+    port: int
+
+
+def prepare_gateway(
+    directory: Path,
+    fake_port: int,
+    bundle: Path,
+    store: dict[str, Any],
+    env: dict[str, str],
+    team: str = "team1",
+    user: str | None = None,
+    workers: int | str = 1,
+) -> Prepared:
+    """Write the configuration into ``directory``, migrate a shared store, create a key."""
+    port = free_port()
+    directory.mkdir()
+    path = directory / "portcullis.yaml"
+    path.write_text(yaml.safe_dump(gateway_config(port, fake_port, bundle, store, directory, workers)))
+    environment = {**os.environ, "BENCH_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "WARNING", **BEDROCK_CREDENTIALS, **env}
+    if store["kind"] == "shared":
+        subprocess.run([*CLI, "db", "migrate", "--config", str(path)], capture_output=True, env=environment, check=True)
+    owner = ["--team", team] + (["--user", user] if user else [])
+    created = subprocess.run([*CLI, "keys", "create", "--config", str(path), *owner], capture_output=True, text=True, env=environment, check=True)
+    return Prepared(path, environment, created.stdout.strip(), port)
+
+
 class Gateway:
     """A `portcullis serve` process on a bundle and a store, with a key for ``team``
     (and ``user``). ``workers`` is written to the configuration as given (1 by default,
@@ -225,21 +259,13 @@ class Gateway:
         user: str | None = None,
         workers: int | str = 1,
     ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.workers = workers
         directory = workdir / name
-        directory.mkdir()
-        path = directory / "portcullis.yaml"
-        path.write_text(yaml.safe_dump(gateway_config(self.port, fake_port, bundle, store, directory, workers)))
-        environment = {**os.environ, "BENCH_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "WARNING", **BEDROCK_CREDENTIALS, **env}
-        if store["kind"] == "shared":
-            subprocess.run([*CLI, "db", "migrate", "--config", str(path)], capture_output=True, env=environment, check=True)
-        owner = ["--team", team] + (["--user", user] if user else [])
-        created = subprocess.run([*CLI, "keys", "create", "--config", str(path), *owner], capture_output=True, text=True, env=environment, check=True)
-        self.key = created.stdout.strip()
+        prepared = prepare_gateway(directory, fake_port, bundle, store, env, team, user, workers)
+        self.port, self.key, self.workers = prepared.port, prepared.key, workers
+        self.url = f"http://127.0.0.1:{self.port}"
         log = directory / "gateway.log"
-        self.process = subprocess.Popen([*CLI, "serve", "--config", str(path)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=environment, cwd=ROOT)
+        serve = [*CLI, "serve", "--config", str(prepared.config)]
+        self.process = subprocess.Popen(serve, stdout=log.open("w"), stderr=subprocess.STDOUT, env=prepared.environment, cwd=ROOT)
         wait_ready(f"{self.url}/healthz", self.process, log)
         self.processes = len(settled_tree(self.process.pid))
 

@@ -28,7 +28,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,52 +44,9 @@ from bench.first_byte import client_bound, first_byte  # noqa: E402
 from bench.harness import Gateway, ensure_wrk, free_port, scratch_database, start_fake, stop_process, tree_memory, wait_ready, wrk  # noqa: E402
 from bench.pipeline_report import report  # noqa: E402
 from bench.scenarios import UPSTREAM_KEY  # noqa: E402
+from bench.targets import Request, Target, chat_requests  # noqa: E402
 
-CHAT = [{"role": "user", "content": "Summarise the quarterly report in three bullet points."}]
 WARM_REQUESTS = 24  # on fresh connections, so every worker behind a shared port answers before timing
-
-
-@dataclass(frozen=True)
-class Request:
-    """One scenario as a target receives it."""
-
-    scenario: str
-    path: str
-    body: dict[str, Any]
-    headers: dict[str, str]
-
-    @property
-    def streams(self) -> bool:
-        return bool(self.body.get("stream"))
-
-
-@dataclass
-class Target:
-    """Something wrk loads: its URL, the requests it answers, and its process (if ours)."""
-
-    name: str
-    url: str
-    requests: list[Request]
-    workers: str = "-"
-    processes: int = 1
-    pid: int | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-def chat_requests(model: str, headers: dict[str, str], messages_model: str | None = None, messages_headers: dict[str, str] | None = None) -> list[Request]:
-    """Chat completions, streamed and not; Messages too when a model and headers are given."""
-    chat = {"model": model, "messages": CHAT, "max_tokens": 64}
-    requests = [
-        Request(verdict.CHAT, "/v1/chat/completions", chat, headers),
-        Request(verdict.CHAT_STREAM, "/v1/chat/completions", {**chat, "stream": True, "stream_options": {"include_usage": True}}, headers),
-    ]
-    if messages_model and messages_headers:
-        messages = {"model": messages_model, "messages": CHAT, "max_tokens": 64}
-        requests += [
-            Request("messages", "/v1/messages", messages, messages_headers),
-            Request("messages stream", "/v1/messages", {**messages, "stream": True}, messages_headers),
-        ]
-    return requests
 
 
 def upstream_model(bundle: Path, model: str) -> str:
@@ -202,7 +159,9 @@ def run(settings: argparse.Namespace) -> dict[str, Any]:
     gateways: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="portcullis-bench-pipeline-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
-        database_url = None if settings.no_shared else stack.enter_context(scratch_database(admin_url))
+        wanted = set(settings.targets.split(",")) | ({verdict.LITELLM} if settings.peers else set())
+        shared = verdict.QUICKSTART_SHARED in wanted and not settings.no_shared
+        database_url = stack.enter_context(scratch_database(admin_url)) if shared else None
         fake_port = free_port()
         fake = start_fake(workdir, fake_port)
         stack.callback(stop_process, fake)
@@ -210,6 +169,7 @@ def run(settings: argparse.Namespace) -> dict[str, Any]:
         specs = gateway_specs(workdir, database_url, redis_url)
         model = upstream_model(specs[1].bundle, quickstart_bundle.CHAT_MODEL)
         messages_model = upstream_model(specs[1].bundle, quickstart_bundle.MESSAGES_MODEL)
+        specs = [spec for spec in specs if spec.name in wanted]
         upstream_bearer = {"authorization": f"Bearer {UPSTREAM_KEY}"}
         upstream_anthropic = {"x-api-key": UPSTREAM_KEY, "anthropic-version": "2023-06-01"}
 
@@ -218,12 +178,15 @@ def run(settings: argparse.Namespace) -> dict[str, Any]:
 
         print(f"headline benchmark: {settings.duration}s per wrk run, concurrency {settings.concurrency}", flush=True)
         upstream_requests = chat_requests(model, upstream_bearer, messages_model, upstream_anthropic)
-        measure_target(Target(verdict.DIRECT, fake_url, upstream_requests))
-        with floor(fake_url, workdir, upstream_requests) as floor_target:
-            measure_target(floor_target)
-            gateways.append({"target": verdict.FLOOR, "workers": "-", "processes": 1, "skipped": False, "memory": tree_memory(floor_target.pid or 0)})
+        if verdict.DIRECT in wanted:
+            measure_target(Target(verdict.DIRECT, fake_url, upstream_requests))
+        if verdict.FLOOR in wanted:
+            with floor(fake_url, workdir, upstream_requests) as floor_target:
+                measure_target(floor_target)
+                memory = tree_memory(floor_target.pid or 0)
+                gateways.append({"target": verdict.FLOOR, "workers": "-", "processes": 1, "skipped": False, "memory": memory})
         run_gateways(specs, settings.workers.split(","), fake_port, workdir, measure_target, gateways)
-        if settings.peers:
+        if verdict.LITELLM in wanted:
             from bench.peers import litellm
 
             with litellm(fake_url, workdir, model) as peer:
@@ -242,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttfb-duration", type=float, default=3, help="seconds of streams timed to their first content byte per row (0: none)")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--workers", default="1,auto", help="the gateways' workers settings, comma-separated")
+    every = ",".join((verdict.DIRECT, verdict.FLOOR, *verdict.GATEWAYS))
+    parser.add_argument("--targets", default=every, help=f"which rows, comma-separated (default {every}; also {verdict.LITELLM})")
     parser.add_argument("--messages", action="store_true", help="Anthropic Messages rows too (streamed and not)")
     parser.add_argument("--no-shared", action="store_true", help="skip the Redis + PostgreSQL rows")
     parser.add_argument("--peers", action="store_true", help="add LiteLLM's row (installs it into .bench-peers/ once)")

@@ -1,8 +1,11 @@
 """Portcullis benchmark: the gateway beside its baselines, in one run.
 
-    make bench                      # or: .venv/bin/python bench/run.py --duration 5 --concurrency 1,16,64
+    make bench                      # or: .venv/bin/python bench/run.py --duration 3 --concurrency 1,16,64
+    make bench BENCH_ARGS=--only-headline
 
-Prints, on a generated 50-team / 500-user / 40-model bundle with 201 governance rules:
+First the headline (``bench/pipeline.py``: upstream direct, the floor proxy and the
+gateway bare, with the quickstart pipeline and on the shared store; ``--only-headline``
+stops after it, ``--skip-headline`` leaves it out). Then prints, on a generated 50-team / 500-user / 40-model bundle with 201 governance rules:
 1. for each scenario and concurrency, p50/p99 and requests per second straight to the
    fake provider and through the gateway (embedded store), and the latency it adds;
 2. the same chat request through the gateway with the embedded store, with Redis +
@@ -189,14 +192,36 @@ def report_routing(rows: list[dict[str, Any]], duration: int) -> None:
                 print(f"  {scenario}, conc {connections}: layers add {pair['layers on']['p50_ms'] - pair['layers off']['p50_ms']:+.2f} ms at p50")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--duration", type=int, default=3, help="seconds per wrk run after the headline")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--decisions", type=int, default=20000)
     parser.add_argument("--ledger-calls", type=int, default=2000)
     parser.add_argument("--only-routing", action="store_true", help="only the routing layers on vs off (section 2's last table)")
+    headline = parser.add_argument_group("the headline (bench/pipeline.py, run first)")
+    headline.add_argument("--only-headline", action="store_true", help="the headline alone")
+    headline.add_argument("--skip-headline", action="store_true")
+    headline.add_argument("--headline-duration", type=int, default=5, help="seconds per wrk run in the headline")
+    headline.add_argument("--ttfb-duration", default="3", help="seconds of streams timed to their first content byte per headline row")
+    headline.add_argument("--workers", default="1,auto", help="the headline gateways' workers settings")
+    headline.add_argument("--messages", action="store_true", help="Anthropic Messages rows in the headline too")
+    headline.add_argument("--peers", action="store_true", help="LiteLLM's row in the headline (make bench-peers)")
     args = parser.parse_args()
+    status = 0
+    if not args.skip_headline and not args.only_routing:
+        from bench import pipeline
+
+        options = ["--duration", str(args.headline_duration), "--concurrency", args.concurrency, "--ttfb-duration", args.ttfb_duration]
+        options += ["--workers", args.workers] + ["--messages"] * args.messages + ["--peers"] * args.peers
+        status = pipeline.main(options)
+        if args.only_headline:
+            return status
+    return rest(args) or status
+
+
+def rest(args: argparse.Namespace) -> int:
+    """Sections 1-5 (the module docstring); 1 when a row had non-2xx answers or socket errors."""
     wrk_bin = ensure_wrk()
     levels = [int(c) for c in args.concurrency.split(",")]
     admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -215,7 +240,7 @@ def main() -> None:
             routed = routing_comparison(workdir, fake_port, bundle, bundle_gen.write(workdir / "bundle-routing", routing=True), args.duration, running)
             if args.only_routing:
                 report_routing(routed, args.duration)
-                return
+                return 1 if any(row["errors"] for row in routed) else 0
             gateway = Gateway(workdir, "embedded", fake_port, bundle, {"kind": "embedded"}, {})
             running.append(gateway)
             rows = []
@@ -290,7 +315,13 @@ def main() -> None:
     results.mkdir(exist_ok=True)
     document = {"runs": rows, "stores": stores, "routing": routed, "ledger": ledger, "rss_mb": rss, "peak_rss_mb": peak, "decisions": decisions}
     (results / "latest.json").write_text(json.dumps(document, indent=2))
+    invalid = [f"{row['scenario']}, conc {row['concurrency']}" for row in rows if row["direct"]["errors"] or row["gateway"]["errors"]]
+    invalid += [f"{row['store']}, conc {row['concurrency']}" for row in stores if row["errors"]]
+    invalid += [f"routing {row['gateway']}, {row['scenario']}, conc {row['concurrency']}" for row in routed if row["errors"]]
+    for name in invalid:
+        print(f"INVALID: {name}: non-2xx answers or socket errors (see the errors column)")
+    return 1 if invalid else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
