@@ -78,7 +78,7 @@ bench: install-dev
 	case " $(BENCH_ARGS) " in *" --only-headline "*|*" --only-routing "*) \
 		$(BIN)/python scripts/test_services.py stop; exit $$status;; esac; \
 	$(BIN)/python bench/routing_layers.py || status=1; \
-	$(BIN)/python bench/pii.py --duration 3 --streams 100 || status=1; \
+	$(BIN)/python bench/pii.py --duration 3 --streams 100 --samples 1000 || status=1; \
 	$(BIN)/python -m bench.pii_accuracy --ner || status=1; \
 	$(BIN)/python bench/integrity.py --duration 3 --streams 100 || status=1; \
 	$(BIN)/python -m bench.injection_accuracy || status=1; \
