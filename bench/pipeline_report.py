@@ -71,7 +71,12 @@ def report(document: dict[str, Any]) -> int:
         if gateway["skipped"]:
             print(f"  {name}: {gateway['processes']} process(es), as with workers 1: rows not repeated")
             continue
-        members = ", ".join(f"{p['name']}[{p['pid']}] {p['rss_mb']:.0f} MB (peak {p['peak_mb']:.0f})" for p in gateway["memory"])
+        # With several processes the first is the one we started: the supervisor of the others.
+        count = len(gateway["memory"])
+        roles = ["supervisor", *["worker"] * (count - 1)] if count > 1 else [""] * count
+        members = ", ".join(
+            f"{role} {p['name']}[{p['pid']}] {p['rss_mb']:.0f} MB (peak {p['peak_mb']:.0f})".strip() for role, p in zip(roles, gateway["memory"], strict=True)
+        )
         print(f"  {name}: {len(gateway['memory'])} process(es): {members}")
     invalid = [row for row in rows if row["invalid"]]
     print("\ntargets (issue 14, same-run ratios):")
