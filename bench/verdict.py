@@ -51,7 +51,8 @@ def invalid_reasons(row: dict[str, Any]) -> list[str]:
     if row.get("non_2xx"):
         reasons.append(f"{row['non_2xx']} non-2xx")
     if row.get("socket_errors"):
-        reasons.append(f"{row['socket_errors']} socket errors")
+        timeouts = f" ({row['timeouts']} of them timeouts)" if row.get("timeouts") else ""
+        reasons.append(f"{row['socket_errors']} socket errors{timeouts}")
     if not row.get("refused") and not row.get("requests"):
         reasons.append("no request completed")
     first = row.get("first_byte") or {}

@@ -76,6 +76,7 @@ def test_any_non_2xx_or_socket_error_makes_a_row_invalid() -> None:
     assert verdict.invalid_reasons(row(verdict.QUICKSTART)) == []
     assert verdict.invalid_reasons(row(verdict.QUICKSTART, non_2xx=1)) == ["1 non-2xx"]
     assert verdict.invalid_reasons(row(verdict.QUICKSTART, socket_errors=3)) == ["3 socket errors"]
+    assert verdict.invalid_reasons(row(verdict.QUICKSTART, socket_errors=3, timeouts=2)) == ["3 socket errors (2 of them timeouts)"]
     assert verdict.invalid_reasons(row(verdict.QUICKSTART, requests=0)) == ["no request completed"]
     assert verdict.invalid_reasons({**row(verdict.QUICKSTART), "refused": 429}) == ["warm-up answered 429"]
     streamed = row(verdict.QUICKSTART, verdict.CHAT_STREAM, first_byte={"non_2xx": 0, "socket_errors": 2})
