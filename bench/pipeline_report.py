@@ -63,6 +63,11 @@ def report(document: dict[str, Any]) -> int:
                 errors = sum(source.get(kind, 0) for source in (row, streams) for kind in ("non_2xx", "socket_errors"))
                 flag = "  INVALID" if row["invalid"] else ""
                 print(f"{label(row):<46} {_figures(row, direct, floor)} {errors:>6}{flag}")
+    checks = [row for row in rows if row["target"] == verdict.DIRECT and row.get("first_byte") and not row["invalid"]]
+    if checks:
+        # Its first byte comes before wrk's whole stream ends: a ttfb above that p50 is the client's own cost.
+        figures = ", ".join(f"c={r['concurrency']} {r['first_byte']['ttfb_p50_ms']:.2f} vs {r['p50_ms']:.2f} ms" for r in checks)
+        print(f"\nthe first-byte client against the direct {checks[0]['scenario']} row (its ttfb p50 vs wrk's whole-stream p50): {figures}")
     if any((row.get("first_byte") or {}).get("client_bound") for row in rows):
         print("\n* the Python client completed under 80 % of wrk's rate there: its own queueing is in that ttfb (compare with direct's)")
     print("\nprocesses and memory (after the runs; peak = VmHWM):")
