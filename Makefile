@@ -7,7 +7,7 @@ CONFIG := examples/quickstart/config.yaml
 # (our folders are not named after the package); the note is information, not a problem.
 EDITABLE_NOTE := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: install install-dev run test lint policy-test agents-check wheel-check bench clean
+.PHONY: install install-dev run test lint policy-test agents-check wheel-check bench bench-peers bench-servers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,19 +68,36 @@ test: install-dev
 	$(BIN)/python scripts/test_services.py stop; \
 	exit $$status
 
+# The headline first (bench/pipeline.py), then the rest of bench/run.py, then each
+# capability's bench. BENCH_ARGS goes to bench/run.py; with --only-headline or
+# --only-routing nothing after it runs. About 15 minutes on two cores.
 bench: install-dev
 	@eval "$$($(BIN)/python scripts/test_services.py start)" || exit 1; \
 	status=0; \
 	$(BIN)/python bench/run.py $(BENCH_ARGS) || status=1; \
+	case " $(BENCH_ARGS) " in *" --only-headline "*|*" --only-routing "*) \
+		$(BIN)/python scripts/test_services.py stop; exit $$status;; esac; \
 	$(BIN)/python bench/routing_layers.py || status=1; \
-	$(BIN)/python bench/pii.py || status=1; \
+	$(BIN)/python bench/pii.py --duration 3 --streams 100 --samples 1000 || status=1; \
 	$(BIN)/python -m bench.pii_accuracy --ner || status=1; \
-	$(BIN)/python bench/integrity.py || status=1; \
+	$(BIN)/python bench/integrity.py --duration 3 --streams 100 || status=1; \
 	$(BIN)/python -m bench.injection_accuracy || status=1; \
 	$(BIN)/python -m bench.injection_accuracy --corpus tests/injection_corpus_holdout.jsonl || status=1; \
 	$(BIN)/python -m bench.intent_accuracy || status=1; \
 	$(BIN)/python scripts/test_services.py stop; \
 	exit $$status
 
+# The headline with LiteLLM's proxy beside it, installed once into .bench-peers/ (PyPI).
+bench-peers: install-dev
+	@eval "$$($(BIN)/python scripts/test_services.py start)" || exit 1; \
+	status=0; \
+	$(BIN)/python bench/run.py --only-headline --peers $(BENCH_ARGS) || status=1; \
+	$(BIN)/python scripts/test_services.py stop; \
+	exit $$status
+
+# uvicorn + httptools vs granian, for the floor proxy and the gateway's app (measures only).
+bench-servers: install-dev
+	$(BIN)/python -m bench.servers $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .portcullis .pytest_cache .ruff_cache build dist
+	rm -rf $(VENV) .portcullis .pytest_cache .ruff_cache build dist .bench-peers

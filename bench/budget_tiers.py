@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bundle_gen  # noqa: E402
-from bench.run import scratch_database  # noqa: E402
+from bench.harness import scratch_database  # noqa: E402
 
 
 def tiered(directory: Path) -> Path:

@@ -247,7 +247,7 @@ async def python_facts(tmp: Path, calls: int) -> dict[str, float]:
 
 def main() -> None:
     from bench.budget_tiers import fact_reads
-    from bench.run import scratch_database
+    from bench.harness import scratch_database
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=3000, help="requests per round and variant")

@@ -1,8 +1,11 @@
 """Portcullis benchmark: the gateway beside its baselines, in one run.
 
-    make bench                      # or: .venv/bin/python bench/run.py --duration 5 --concurrency 1,16,64
+    make bench                      # or: .venv/bin/python bench/run.py --duration 3 --concurrency 1,16,64
+    make bench BENCH_ARGS=--only-headline
 
-Prints, on a generated 50-team / 500-user / 40-model bundle with 201 governance rules:
+First the headline (``bench/pipeline.py``: upstream direct, the floor proxy and the
+gateway bare, with the quickstart pipeline and on the shared store; ``--only-headline``
+stops after it, ``--skip-headline`` leaves it out). Then prints, on a generated 50-team / 500-user / 40-model bundle with 201 governance rules:
 1. for each scenario and concurrency, p50/p99 and requests per second straight to the
    fake provider and through the gateway (embedded store), and the latency it adds;
 2. the same chat request through the gateway with the embedded store, with Redis +
@@ -28,159 +31,23 @@ import datetime as dt
 import json
 import os
 import random
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bundle_gen  # noqa: E402
-from bench.scenarios import UPSTREAM_KEY, scenarios  # noqa: E402
-
-CLI = [sys.executable, "-m", "portcullis.adapters.cli"]
-# The gateway signs its Bedrock calls with these (the fake does not check them: wrk cannot sign the baseline's).
-BEDROCK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIABENCH0000000000", "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_EC2_METADATA_DISABLED": "true"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def ensure_wrk() -> str:
-    found = shutil.which("wrk")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        print("installing wrk (Debian package) ...", file=sys.stderr)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False, stdout=subprocess.DEVNULL)
-        if not shutil.which("wrk"):
-            subprocess.run(["apt-get", "update", "-qq"], check=True, stdout=subprocess.DEVNULL)
-            subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, stdout=subprocess.DEVNULL)
-        return shutil.which("wrk") or sys.exit("wrk could not be installed")
-    sys.exit("bench: wrk is required (apt-get install wrk)")
-
-
-def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"bench: process exited early:\n{log.read_text()}")
-        try:
-            httpx.get(url, timeout=0.5)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    sys.exit(f"bench: {url} did not come up")
-
-
-def wrk(wrk_bin: str, url: str, body: dict[str, Any], headers: dict[str, str], connections: int, duration: int, workdir: Path) -> dict[str, float]:
-    lines = ['wrk.method = "POST"', f"wrk.body = [==[{json.dumps(body)}]==]"]
-    lines += [f'wrk.headers["{name}"] = "{value}"' for name, value in {"content-type": "application/json", **headers}.items()]
-    lines.append(
-        "done = function(summary, latency, requests)\n"
-        '  io.write(string.format("RESULT %d %d %d %d %d %d\\n", summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),\n'
-        "    summary.errors.status, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))\n"
-        "end"
-    )
-    script = workdir / "request.lua"
-    script.write_text("\n".join(lines))
-    threads = min(2, connections)
-    result = subprocess.run([wrk_bin, "-t", str(threads), "-c", str(connections), "-d", f"{duration}s", "-s", str(script), url], capture_output=True, text=True)
-    line = next((line for line in result.stdout.splitlines() if line.startswith("RESULT")), None)
-    if line is None:
-        sys.exit(f"bench: wrk failed:\n{result.stdout}\n{result.stderr}")
-    requests, micros, p50, p99, bad_status, socket_errors = map(int, line.split()[1:])
-    return {"rps": requests / (micros / 1e6), "p50_ms": p50 / 1000, "p99_ms": p99 / 1000, "errors": bad_status + socket_errors, "requests": requests}
-
-
-def start_fake(workdir: Path, port: int, *options: str) -> subprocess.Popen:
-    """The fake provider on ``port``, ready to answer."""
-    log = workdir / "fake.log"
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes", "--port", str(port), "--api-key", UPSTREAM_KEY, "--unsigned-bedrock", *options],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
-    wait_ready(f"http://127.0.0.1:{port}/", fake, log)
-    return fake
-
-
-def rss_mb(pid: int) -> tuple[float, float]:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-@contextmanager
-def scratch_database(admin_url: str):
-    name = f"portcullis_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield psycopg.conninfo.make_conninfo(admin_url, dbname=name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-class Gateway:
-    """A `portcullis serve` process on a bundle and a store, with a key for team1."""
-
-    def __init__(self, workdir: Path, name: str, fake_port: int, bundle: Path, store: dict[str, Any], env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        directory = workdir / name
-        directory.mkdir()
-        config = {
-            "listen": {"host": "127.0.0.1", "port": self.port},
-            "policy": {"bundle": str(bundle), "watch_interval_seconds": 0},
-            "providers": [
-                {"name": "fake-anthropic", "type": "anthropic", "base_url": f"http://127.0.0.1:{fake_port}", "api_key_env": "BENCH_UPSTREAM_KEY"},
-                {"name": bundle_gen.BEDROCK, "type": "bedrock", "region": "us-east-1", "endpoint_url": f"http://127.0.0.1:{fake_port}"},
-                {"name": "fake-openai", "type": "openai", "base_url": f"http://127.0.0.1:{fake_port}/v1", "api_key_env": "BENCH_UPSTREAM_KEY"},
-                {
-                    "name": "fake-responses",
-                    "type": "openai",
-                    "wire": "responses",
-                    "base_url": f"http://127.0.0.1:{fake_port}/v1",
-                    "api_key_env": "BENCH_UPSTREAM_KEY",
-                },
-            ],
-            "store": {**store, "path": str(directory / "state.db")} if store["kind"] == "embedded" else store,
-            "audit": {"path": str(directory / "audit.jsonl")},
-        }
-        path = directory / "portcullis.yaml"
-        path.write_text(yaml.safe_dump(config))
-        environment = {**os.environ, "BENCH_UPSTREAM_KEY": UPSTREAM_KEY, "PORTCULLIS_LOG_LEVEL": "WARNING", **BEDROCK_CREDENTIALS, **env}
-        if store["kind"] == "shared":
-            subprocess.run([*CLI, "db", "migrate", "--config", str(path)], capture_output=True, env=environment, check=True)
-        created = subprocess.run(
-            [*CLI, "keys", "create", "--config", str(path), "--team", "team1"], capture_output=True, text=True, env=environment, check=True
-        )
-        self.key = created.stdout.strip()
-        log = directory / "gateway.log"
-        self.process = subprocess.Popen([*CLI, "serve", "--config", str(path)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=environment, cwd=ROOT)
-        wait_ready(f"{self.url}/healthz", self.process, log)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=15)
+from bench.harness import Gateway, ensure_wrk, free_port, rss_mb, scratch_database, start_fake, wrk  # noqa: E402
+from bench.scenarios import scenarios  # noqa: E402
 
 
 def decision_latency(bundle: Path, samples: int) -> dict[str, dict[str, float]]:
@@ -325,14 +192,36 @@ def report_routing(rows: list[dict[str, Any]], duration: int) -> None:
                 print(f"  {scenario}, conc {connections}: layers add {pair['layers on']['p50_ms'] - pair['layers off']['p50_ms']:+.2f} ms at p50")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--duration", type=int, default=3, help="seconds per wrk run after the headline")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--decisions", type=int, default=20000)
     parser.add_argument("--ledger-calls", type=int, default=2000)
     parser.add_argument("--only-routing", action="store_true", help="only the routing layers on vs off (section 2's last table)")
+    headline = parser.add_argument_group("the headline (bench/pipeline.py, run first)")
+    headline.add_argument("--only-headline", action="store_true", help="the headline alone")
+    headline.add_argument("--skip-headline", action="store_true")
+    headline.add_argument("--headline-duration", type=int, default=5, help="seconds per wrk run in the headline")
+    headline.add_argument("--ttfb-duration", default="3", help="seconds of streams timed to their first content byte per headline row")
+    headline.add_argument("--workers", default="1,auto", help="the headline gateways' workers settings")
+    headline.add_argument("--messages", action="store_true", help="Anthropic Messages rows in the headline too")
+    headline.add_argument("--peers", action="store_true", help="LiteLLM's row in the headline (make bench-peers)")
     args = parser.parse_args()
+    status = 0
+    if not args.skip_headline and not args.only_routing:
+        from bench import pipeline
+
+        options = ["--duration", str(args.headline_duration), "--concurrency", args.concurrency, "--ttfb-duration", args.ttfb_duration]
+        options += ["--workers", args.workers] + ["--messages"] * args.messages + ["--peers"] * args.peers
+        status = pipeline.main(options)
+        if args.only_headline:
+            return status
+    return rest(args) or status
+
+
+def rest(args: argparse.Namespace) -> int:
+    """Sections 1-5 (the module docstring); 1 when a row had non-2xx answers or socket errors."""
     wrk_bin = ensure_wrk()
     levels = [int(c) for c in args.concurrency.split(",")]
     admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -351,7 +240,7 @@ def main() -> None:
             routed = routing_comparison(workdir, fake_port, bundle, bundle_gen.write(workdir / "bundle-routing", routing=True), args.duration, running)
             if args.only_routing:
                 report_routing(routed, args.duration)
-                return
+                return 1 if any(row["errors"] for row in routed) else 0
             gateway = Gateway(workdir, "embedded", fake_port, bundle, {"kind": "embedded"}, {})
             running.append(gateway)
             rows = []
@@ -426,7 +315,13 @@ def main() -> None:
     results.mkdir(exist_ok=True)
     document = {"runs": rows, "stores": stores, "routing": routed, "ledger": ledger, "rss_mb": rss, "peak_rss_mb": peak, "decisions": decisions}
     (results / "latest.json").write_text(json.dumps(document, indent=2))
+    invalid = [f"{row['scenario']}, conc {row['concurrency']}" for row in rows if row["direct"]["errors"] or row["gateway"]["errors"]]
+    invalid += [f"{row['store']}, conc {row['concurrency']}" for row in stores if row["errors"]]
+    invalid += [f"routing {row['gateway']}, {row['scenario']}, conc {row['concurrency']}" for row in routed if row["errors"]]
+    for name in invalid:
+        print(f"INVALID: {name}: non-2xx answers or socket errors (see the errors column)")
+    return 1 if invalid else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from bench.run import Gateway, ensure_wrk, free_port, start_fake, wrk
+from bench.harness import Gateway, ensure_wrk, free_port, start_fake, wrk
 
 ROOT = Path(__file__).resolve().parent.parent
 
