@@ -1,12 +1,15 @@
 """``workers: N`` (N > 1): ``portcullis serve`` becomes a small supervisor of N gateway
 processes serving one port.
 
-The supervisor binds the listening socket once (the port check and the bind error stay
-those of one process) and every worker inherits it and accepts from it, as gunicorn's
-workers do. An inherited socket rather than ``SO_REUSEPORT``: no other process, ours or
-not, can join the port's group, a restarted worker needs no new bind, and the kernel
-queues connections in one backlog while a worker restarts instead of dropping those
-hashed to it.
+Every worker listens on the port with its own ``SO_REUSEPORT`` socket, and the kernel
+spreads new connections over them by hash. An inherited shared socket was tried first
+and measured: idle workers race for each connection and the first awake takes a whole
+burst (16 wrk connections: one worker got 859 requests, the other 3), so keep-alive
+clients pinned one core. The supervisor binds the port first with the same option but
+never listens (so it receives no connections): the port check and the bind error stay
+those of one process, ``listen.port: 0`` resolves once, and the port stays reserved while
+a worker restarts. Only processes of the same user can join a ``SO_REUSEPORT`` group; the
+cost is that connections queued on a worker that dies are reset with it.
 
 It also hosts the in-memory state the workers share on the embedded store
 (``store/hosted.py``), each worker reaching it over a socketpair it inherits. Signals:
@@ -39,12 +42,12 @@ from typing import Any
 from portcullis.adapters.cli.common import Failure
 from portcullis.adapters.config import Config
 from portcullis.adapters.store.state_host import FAILED, READY, StateHost
+from portcullis.adapters.worker import port_socket
 
 log = logging.getLogger("portcullis.supervisor")
 
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # before replacing a worker that keeps dying
 STEADY_SECONDS = 30.0  # a worker that served this long died by accident, not in a loop: no delay
-BACKLOG = 2048  # uvicorn's default
 
 
 @dataclass
@@ -61,17 +64,12 @@ def supervise(config: Config, config_path: Path, demo_key: str | None) -> int:
     return asyncio.run(Supervisor(config, config_path, demo_key).run())
 
 
-def listen(config: Config) -> socket.socket:
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def reserve_port(config: Config) -> socket.socket:
+    """The port, bound for the workers' group but not listening."""
     try:
-        sock.bind((config.host, config.port))
+        return port_socket(config.host, config.port)
     except OSError as error:
-        sock.close()
         raise Failure(f"cannot listen on {config.host}:{config.port}: {error.strerror}") from None
-    sock.listen(BACKLOG)
-    return sock
 
 
 class Supervisor:
@@ -87,7 +85,7 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def run(self) -> int:
-        self._listener = listen(self._config)
+        self._listener = reserve_port(self._config)
         if self._config.store.kind == "embedded":
             from portcullis.adapters.store.hosted import ALLOWED, host_objects
 
@@ -129,14 +127,14 @@ class Supervisor:
         assert self._listener is not None and self._host is not None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command = [sys.executable, "-m", "portcullis.adapters.worker", "--config", str(self._config_path), "--index", str(worker.index)]
-        command += ["--listen-fd", str(self._listener.fileno()), "--state-fd", str(theirs.fileno())]
+        command += ["--port", str(self._listener.getsockname()[1]), "--state-fd", str(theirs.fileno())]
         if demo_key:
             command += ["--demo-key", demo_key]
         worker.ready = asyncio.Event()
         worker.failure = None
         worker.started_at = time.monotonic()
         try:
-            worker.process = await asyncio.create_subprocess_exec(*command, pass_fds=(self._listener.fileno(), theirs.fileno()), start_new_session=True)
+            worker.process = await asyncio.create_subprocess_exec(*command, pass_fds=(theirs.fileno(),), start_new_session=True)
         finally:
             theirs.close()
         self._keep(self._host.serve(ours, lambda message: self._control(worker, message)))

@@ -1,8 +1,9 @@
 """One gateway process of ``workers: N``, started by the supervisor (``adapters/supervisor.py``)
 as ``python -m portcullis.adapters.worker``; not a command for operators.
 
-A worker serves the supervisor's listening socket, inherited at spawn, and reaches the
-state every worker shares through its inherited state channel (``store/state_host.py``).
+A worker listens on the supervisor's port with a socket of its own (``SO_REUSEPORT``: the
+kernel spreads connections over the workers) and reaches the state every worker shares
+through its inherited state channel (``store/state_host.py``).
 It writes its own audit chain (one writer per file): worker 0 the configured
 ``audit.path``, worker k ``<stem>.w<k><suffix>`` beside it. A start-up failure is not
 printed here but sent to the supervisor, which prints it once, as a single process would.
@@ -33,6 +34,22 @@ class WorkerLink:
     state: StateClient
 
 
+BACKLOG = 2048  # uvicorn's default
+
+
+def port_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to the port every worker shares (not yet listening)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def worker_audit_path(base: Path, index: int) -> Path:
     return base if index == 0 else base.with_name(f"{base.stem}.w{index}{base.suffix}")
 
@@ -51,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="portcullis-worker", description="a worker of portcullis serve (started by the supervisor)")
     parser.add_argument("--config", required=True)
     parser.add_argument("--index", type=int, required=True)
-    parser.add_argument("--listen-fd", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--state-fd", type=int, required=True)
     parser.add_argument("--demo-key")
     args = parser.parse_args(argv)
@@ -62,9 +79,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from portcullis.adapters.cli.serve import run_gateway
     from portcullis.adapters.config import ConfigError, load_config
 
-    link = WorkerLink(args.index, socket.socket(fileno=args.listen_fd), StateClient.from_fd(args.state_fd))
+    state = StateClient.from_fd(args.state_fd)
     try:
-        run_gateway(load_config(Path(args.config)), args.demo_key, link)
+        config = load_config(Path(args.config))
+        try:
+            listener = port_socket(config.host, args.port)
+            listener.listen(BACKLOG)
+        except OSError as error:
+            raise Failure(f"cannot listen on {config.host}:{args.port}: {error.strerror}") from None
+        run_gateway(config, args.demo_key, WorkerLink(args.index, listener, state))
         return 0
     except ConfigError as error:  # the texts and statuses of the portcullis command itself
         text, status = f"portcullis: configuration error: {error}", 2
@@ -75,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         log.exception("worker %d failed", args.index)
         text, status = f"portcullis: worker {args.index} failed: {type(error).__name__}", 1
-    link.state.report_failure(text, status)
+    state.report_failure(text, status)
     return status
 
 
