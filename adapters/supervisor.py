@@ -101,7 +101,7 @@ class Supervisor:
                 return status
             if not self._stopping.is_set():
                 self._serving = True
-                log.info("%d workers serving on %s:%d (supervisor pid %d)", len(self._workers), self._config.host, self._config.port, os.getpid())
+                log.info("%d workers serving on %s:%d (supervisor pid %d)", len(self._workers), self._config.host, self._listener.getsockname()[1], os.getpid())
             await self._all_exited()
             log.info("every worker has stopped")
             return 0

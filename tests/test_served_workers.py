@@ -60,6 +60,13 @@ def worker_pids(gateway: GatewayProcess) -> set[int]:
     return {int(pid) for pid in found}
 
 
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
 async def burst(url: str, key: str, count: int) -> list[int]:
     """``count`` requests in flight at once, each on its own connection (so the kernel spreads them)."""
     connector = aiohttp.TCPConnector(limit=count, force_close=True)
@@ -191,6 +198,21 @@ def test_a_killed_worker_is_replaced(fresh_gateway: Any) -> None:
     assert "exited unexpectedly with status -9" in gateway.logs()
     for _ in range(6):
         assert httpx.get(f"{gateway.url}/readyz").status_code == 200
+
+
+def test_the_supervisor_is_small_and_its_death_stops_the_workers(fresh_gateway: Any) -> None:
+    gateway = with_workers(fresh_gateway, 2)
+    assert gateway.process is not None
+    supervisor = gateway.process.pid
+    loaded = Path(f"/proc/{supervisor}/maps").read_text()
+    assert not any(heavy in loaded for heavy in ("regorus", "presidio", "tiktoken", "spacy"))
+    rss_kb = int(next(line for line in Path(f"/proc/{supervisor}/status").read_text().splitlines() if line.startswith("VmRSS")).split()[1])
+    assert rss_kb < 90 * 1024, f"supervisor RSS {rss_kb} kB"
+    workers = worker_pids(gateway)
+    gateway.process.kill()  # no signal is forwarded: the workers see their state channel close
+    gateway.process.wait()
+    assert wait_for(lambda: not any(alive(pid) for pid in workers), timeout=30)
+    assert all(records[-1]["event"] == "gateway_stopped" for records in records_by_worker(gateway))
 
 
 def test_sighup_reloads_every_worker(tmp_path: Path, fresh_gateway: Any) -> None:
