@@ -170,8 +170,8 @@ class Supervisor:
 
     async def _watch(self, worker: _Worker, process: asyncio.subprocess.Process) -> None:
         status = await process.wait()
-        if self._stopping.is_set() or not self._serving:
-            return  # stopping, or start-up (``_start_all`` judges it)
+        if self._stopping.is_set() or (not self._serving and not worker.ready.is_set()):
+            return  # stopping, or a start-up failure (``_start_all`` judges it)
         lived = time.monotonic() - worker.started_at
         worker.deaths = 0 if lived >= STEADY_SECONDS else worker.deaths + 1
         delay = BACKOFF_SECONDS[min(worker.deaths, len(BACKOFF_SECONDS)) - 1] if worker.deaths else 0.0

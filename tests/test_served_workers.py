@@ -26,7 +26,18 @@ from portcullis.adapters.worker import worker_audit_paths
 from tests.bundles import write_bundle
 from tests.conftest import OUTCOME_EVENTS, UPSTREAM_KEY, Fakes, GatewayProcess, free_port, gateway_config, wait_for
 from tests.fakes import Reply
-from tests.governance_helpers import ACTUAL, BODY, METERED_UPSTREAM, away_from_minute_edge, budget_cap, headers, metered_bundle, shared, unique_team
+from tests.governance_helpers import (
+    ACTUAL,
+    BODY,
+    METERED_UPSTREAM,
+    away_from_minute_edge,
+    budget_cap,
+    headers,
+    ledger_rows,
+    metered_bundle,
+    shared,
+    unique_team,
+)
 from tests.pii_helpers import EMAIL, SONNET_UPSTREAM, pii_bundle
 
 pytestmark = pytest.mark.served
@@ -60,6 +71,14 @@ def worker_pids(gateway: GatewayProcess) -> set[int]:
     return {int(pid) for pid in found}
 
 
+def on_store(store: str, request: pytest.FixtureRequest) -> tuple[dict[str, str] | None, dict[str, Any]]:
+    """(environment, config overrides) for the embedded store or real Redis + PostgreSQL."""
+    if store == "embedded":
+        return None, {}
+    env, settings = shared(request.getfixturevalue("services"))
+    return env, {"store": settings}
+
+
 def alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
@@ -83,10 +102,14 @@ async def burst(url: str, key: str, count: int) -> list[int]:
 # --- hard caps and rates --------------------------------------------------------------------
 
 
-def test_a_hard_cap_holds_with_four_workers_and_300_concurrent_requests(tmp_path: Path, fresh_gateway: Any, fakes: Fakes) -> None:
+@pytest.mark.parametrize("store", ["embedded", "shared"])
+def test_a_hard_cap_holds_with_four_workers_and_300_concurrent_requests(
+    store: str, tmp_path: Path, fresh_gateway: Any, fakes: Fakes, request: pytest.FixtureRequest
+) -> None:
     team = unique_team()
-    gateway = with_workers(fresh_gateway, 4, bundle=metered_bundle(tmp_path / "b", team, budget_cap(team, "1.00", "CalendarMonth")))
-    key = gateway.key(team)
+    env, overrides = on_store(store, request)
+    gateway = with_workers(fresh_gateway, 4, bundle=metered_bundle(tmp_path / "b", team, budget_cap(team, "1.00", "CalendarMonth")), env=env, **overrides)
+    key = gateway.key(team, env=env)
     # Every admitted call is still in flight when the last request arrives (the providers read for 3 s):
     # $1.00 holds 20 bounds of $0.05.
     fakes.anthropic_us.script(METERED_UPSTREAM, *[Reply(delay=2.5) for _ in range(300)])
@@ -95,8 +118,11 @@ def test_a_hard_cap_holds_with_four_workers_and_300_concurrent_requests(tmp_path
 
     assert counts == {200: 20, 402: 280}, dict(counts)
     assert len(fakes.anthropic_us.requests_for(METERED_UPSTREAM)) == 20
-    with sqlite3.connect(gateway.directory / "state.db") as ledger:
-        rows = ledger.execute("SELECT state, cost_micro_usd FROM reservations WHERE team = ?", (team,)).fetchall()
+    if store == "embedded":
+        with sqlite3.connect(gateway.directory / "state.db") as ledger:
+            rows = ledger.execute("SELECT state, cost_micro_usd FROM reservations WHERE team = ?", (team,)).fetchall()
+    else:
+        rows = [(state, cost) for _, state, _, cost in ledger_rows(request.getfixturevalue("services"), team)]
     assert len(rows) == 20 and {state for state, _ in rows} == {"settled"}
     assert sum(cost for _, cost in rows) == 20 * ACTUAL
     served = [len({r["request_id"] for r in records if "request_id" in r}) for records in records_by_worker(gateway)]
@@ -110,10 +136,7 @@ def test_a_hard_cap_holds_with_four_workers_and_300_concurrent_requests(tmp_path
 def test_a_rate_admits_exactly_its_rpm_over_four_workers(store: str, tmp_path: Path, fresh_gateway: Any, fakes: Fakes, request: pytest.FixtureRequest) -> None:
     team = unique_team()
     rules = {f"{team}-rate": {"subject": {"team": team}, "rate": {"rpm": 25}}}
-    env: dict[str, str] | None = None
-    overrides: dict[str, Any] = {}
-    if store == "shared":
-        env, overrides["store"] = shared(request.getfixturevalue("services"))
+    env, overrides = on_store(store, request)
     gateway = with_workers(fresh_gateway, 4, bundle=metered_bundle(tmp_path / "b", team, rules), env=env, **overrides)
     key = gateway.key(team, env=env)
     away_from_minute_edge(margin=10)
@@ -235,6 +258,18 @@ def test_a_bad_bundle_stops_start_up_with_the_single_process_message(tmp_path: P
     assert "gateway exited with 1" in str(one.value) and "gateway exited with 1" in str(several.value)
     assert str(several.value).count("portcullis: policy bundle") == 1  # printed once, by the supervisor
     assert message.replace("gw0", "gw1") in str(several.value)
+
+
+def test_a_configuration_error_in_a_worker_is_reported_once_with_its_status(fresh_gateway: Any) -> None:
+    settings = {"vault": {"key_env": "WORKERS_TEST_VAULT_KEY"}}
+    env = {"WORKERS_TEST_VAULT_KEY": "too-short"}  # read when the runtime is built, in each worker
+    with pytest.raises(RuntimeError) as one:
+        fresh_gateway(pii=settings, env=env)
+    with pytest.raises(RuntimeError) as several:
+        fresh_gateway(pii=settings, env=env, workers=3)
+    line = "portcullis: configuration error: pii.vault.key_env: the vault key must be 32 bytes, hex or base64 encoded"
+    assert "gateway exited with 2" in str(one.value) and line in str(one.value)
+    assert "gateway exited with 2" in str(several.value) and str(several.value).count(line) == 1
 
 
 def test_the_demo_key_text_is_printed_once(tmp_path: Path, fakes: Fakes) -> None:
