@@ -305,7 +305,7 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
     let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
     what remains (each still settles and records its outcome), close providers, stores
     and the audit log, and return (exit status 0). A second signal skips the drain.
-    As one ``worker`` of several: serve the supervisor's socket, write this worker's own
+    As one ``worker`` of several: listen on the supervisor's port, write this worker's own
     audit chain, use the hosted state (embedded store), and stop if the supervisor dies."""
     hosted = None
     if worker is not None:
@@ -345,8 +345,12 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
         log.info("%s: draining requests in flight (up to %.0f s), then shutting down", signal.Signals(signum).name, config.drain_seconds)
         server.should_exit = True
 
-    if worker is not None:  # the supervisor is gone: nobody forwards signals or hosts state any more
-        worker.state.on_lost(lambda: stop(signal.SIGTERM))
+    def orphaned() -> None:  # nobody forwards signals or hosts the shared state any more
+        log.warning("the supervisor is gone: this worker stops as on SIGTERM")
+        stop(signal.SIGTERM)
+
+    if worker is not None:
+        worker.state.on_lost(orphaned)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(runtime.bundles.reload("SIGHUP")))
     for signum in (signal.SIGTERM, signal.SIGINT):
