@@ -87,9 +87,9 @@ class Supervisor:
     async def run(self) -> int:
         self._listener = reserve_port(self._config)
         if self._config.store.kind == "embedded":
-            from portcullis.adapters.store.hosted import ALLOWED, host_objects
+            from portcullis.adapters.store.hosted import build_host
 
-            self._host = StateHost(host_objects(self._config), ALLOWED)
+            self._host = build_host(self._config)
         else:  # Redis and PostgreSQL hold everything shared: the channel only tells a worker it was orphaned
             self._host = StateHost({}, {})
         loop = asyncio.get_running_loop()

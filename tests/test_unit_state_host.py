@@ -15,9 +15,9 @@ import pytest
 from portcullis.adapters.pii.vault import MemoryVault, VaultUnavailable
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.capacity import KeyAllowance, MemoryCapacity, Taken
-from portcullis.adapters.store.hosted import ALLOWED, proxy, shared_vault
+from portcullis.adapters.store.hosted import ALLOWED, AnnouncedCapacity, SharedCapacity, proxy, shared_vault
 from portcullis.adapters.store.limiter import MemoryFailureCounter
-from portcullis.adapters.store.state_host import READY, HostedProxy, StateClient, StateHost, decode, encode
+from portcullis.adapters.store.state_host import READY, Announcer, HostedProxy, StateClient, StateHost, decode, encode
 
 
 class Faulty:
@@ -182,3 +182,39 @@ def test_unpickling_resolves_only_this_packages_dataclasses() -> None:
         decode(pickle.dumps(os.system))
     with pytest.raises(pickle.UnpicklingError):
         decode(pickle.dumps(MemoryFailureCounter(1, 1)))  # a class, but not a plain record
+
+
+def test_cool_downs_are_announced_and_keys_without_limits_are_judged_locally() -> None:
+    async def scenario() -> None:
+        announcer = Announcer()
+        host = StateHost({"capacity": AnnouncedCapacity(announcer)}, {"capacity": ALLOWED["capacity"]}, announcer)
+        clients, serving = [], []
+        for _ in range(2):
+            ours, theirs = socket.socketpair()
+            serving.append(asyncio.ensure_future(host.serve(ours, lambda _: None)))
+            clients.append(StateClient(theirs))
+            await clients[-1].connect()
+        first, second = SharedCapacity(clients[0]), SharedCapacity(clients[1])
+        unlimited = [KeyAllowance("k1", None, None), KeyAllowance("k2", None, None)]
+        assert await second.take("openai", unlimited, 10, 0) == Taken(0, 0)
+        await first.cool_down("openai", "k1", 30)
+        assert await first.take("openai", unlimited, 10, 0) == Taken(1, 0)  # heard before its own call returned
+        for _ in range(50):  # the other worker hears it a moment later
+            if (await second.take("openai", unlimited, 10, 0)).index == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert await second.take("openai", unlimited, 10, 0) == Taken(1, 0)
+        ours, theirs = socket.socketpair()  # a worker started later hears what still holds
+        serving.append(asyncio.ensure_future(host.serve(ours, lambda _: None)))
+        clients.append(StateClient(theirs))
+        late = SharedCapacity(clients[-1])
+        await clients[-1].connect()
+        await late.take("openai", [KeyAllowance("k1", 1, None)], 10, 0)  # a limited key: a host round trip, after the snapshot
+        assert await late.take("openai", unlimited, 10, 0) == Taken(1, 0)
+        limited = [KeyAllowance("k3", 2, None)]
+        assert [(await c.take("openai", limited, 1, 0)).index for c in (first, second, late)] == [0, 0, None]  # exact at the host
+        for client in clients:
+            await client.close()
+        await asyncio.gather(*serving)
+
+    asyncio.run(scenario())

@@ -96,20 +96,50 @@ def send_blocking(sock: socket.socket, message: Any) -> None:
 # --- the host (in the supervisor) ---------------------------------------------------------
 
 
+class Announcer:
+    """Events the host sends every worker unasked (call id 0), so a worker can judge
+    something locally instead of asking on every request; a worker that connects later
+    first hears what each snapshot source says is still true."""
+
+    def __init__(self) -> None:
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._snapshots: list[Callable[[], list[tuple[Any, ...]]]] = []
+
+    def snapshot(self, source: Callable[[], list[tuple[Any, ...]]]) -> None:
+        self._snapshots.append(source)
+
+    def announce(self, *event: Any) -> None:
+        frame = encode((0, *event))
+        for writer in self._writers:
+            if not writer.is_closing():
+                writer.write(frame)
+
+    def joined(self, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        for source in self._snapshots:
+            for event in source():
+                writer.write(encode((0, *event)))
+
+    def left(self, writer: asyncio.StreamWriter) -> None:
+        self._writers.discard(writer)
+
+
 class StateHost:
     """The real objects and, per object, the methods a worker may call."""
 
-    def __init__(self, objects: Mapping[str, object], allowed: Mapping[str, frozenset[str]]) -> None:
+    def __init__(self, objects: Mapping[str, object], allowed: Mapping[str, frozenset[str]], announcer: Announcer | None = None) -> None:
         missing = set(objects) - set(allowed)
         if missing:
             raise ValueError(f"hosted objects without an allow-list: {sorted(missing)}")
         self._objects = dict(objects)
         self._allowed = dict(allowed)
+        self._announcer = announcer or Announcer()
 
     async def serve(self, sock: socket.socket, on_control: Callable[[tuple[Any, ...]], None]) -> None:
         """Answer one worker's calls until its end closes. Control messages (call id 0:
         ready, failed) go to ``on_control``."""
         reader, writer = await asyncio.open_unix_connection(sock=sock)
+        self._announcer.joined(writer)
         try:
             while (message := await read_frame(reader)) is not None:
                 call_id = message[0]
@@ -122,6 +152,7 @@ class StateHost:
         except (ConnectionError, pickle.UnpicklingError, ValueError, TypeError) as error:
             log.error("state channel to a worker closed: %s", type(error).__name__)
         finally:
+            self._announcer.left(writer)
             writer.close()
 
     async def call(self, call_id: int, name: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -146,6 +177,7 @@ class StateClient:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._lost: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[tuple[Any, ...]], None]] = []
         self._report = socket.socket(fileno=os.dup(sock.fileno()))  # for a report after the loop is gone
 
     @classmethod
@@ -163,6 +195,10 @@ class StateClient:
     def on_lost(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` if the host goes away (the supervisor died)."""
         self._lost.append(callback)
+
+    def on_event(self, listener: Callable[[tuple[Any, ...]], None]) -> None:
+        """Call ``listener`` with each event the host announces."""
+        self._listeners.append(listener)
 
     def notify(self, *control: Any) -> None:
         if self.connected:
@@ -197,6 +233,10 @@ class StateClient:
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while (message := await read_frame(reader)) is not None:
+                if message[0] == 0:
+                    for listener in self._listeners:
+                        listener(tuple(message[1:]))
+                    continue
                 answer = self._pending.get(message[0])
                 if answer is not None and not answer.done():
                     answer.set_result(message[1:])
