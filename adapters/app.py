@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -53,7 +54,13 @@ from portcullis.adapters.protocols.registry import protocol
 from portcullis.adapters.providers import Provider, build_provider
 from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import Store, open_store
+from portcullis.adapters.store import hosted as shared_state
+from portcullis.adapters.store.state_host import READY
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
+
+if TYPE_CHECKING:
+    from portcullis.adapters.store.state_host import StateClient
+    from portcullis.adapters.worker import WorkerLink
 
 log = logging.getLogger("portcullis")
 
@@ -98,10 +105,12 @@ class Runtime:
                 log.error("closing %s failed: %s: %s", name, type(error).__name__, error)
 
 
-async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
+async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateClient | None = None) -> Runtime:
     """Everything the gateway needs, checked before it accepts a connection: a bad
     bundle, a missing secret or an unreachable store stops start-up with a clear error.
-    ``clock`` is the one every part reads: prices, periods and bundle validity agree."""
+    ``clock`` is the one every part reads: prices, periods and bundle validity agree.
+    ``hosted``: a worker's channel to the in-memory state its supervisor hosts (embedded
+    store, ``workers`` > 1), used instead of this process's own counters and vault."""
     offload.configure(config.request_limits.offload_bytes)
     # Built first, so a provider's missing credentials stop start-up before the bundle is
     # read; a pool of pods reads the active bundle's endpoint policy on each request.
@@ -110,6 +119,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
     seal = configured_seal(config.aws_credentials)  # a missing or malformed seal key stops start-up here
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
+    if hosted is not None:
+        store = shared_state.shared_store(store, hosted)
     try:
         pools = {name: KeyPool(provider, store.capacity) for name, provider in config.providers.items()}  # reads the secrets
         audit = AuditLog(config.audit_path)
@@ -122,7 +133,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled, breakers)
     governance = Governance(store.ledger, providers, audit, clock)
     classifier = ClassifierDetector(dispatcher, governance)
-    pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier})
+    vault = shared_state.shared_vault(hosted) if hosted is not None else None
+    pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier}, vault)
     settings = config.integrity
     webhook = Webhook(settings.webhook_url, settings.webhook_timeout_seconds) if settings.webhook_url else None
     hops = frozenset(name for name, provider in config.providers.items() if provider.gateway_hop)
@@ -131,7 +143,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     # operator's prompt is not the client's data); governance then sizes and reserves
     # exactly what goes upstream. Answer guards run in the same order. A token count's
     # own limit comes before them all: a refused count costs no detection work.
-    counts = count_limit(store, config.store.redis_prefix, config.count_tokens_per_minute)
+    windows = shared_state.shared_count_windows(hosted) if hosted is not None else None
+    counts = count_limit(store, config.store.redis_prefix, config.count_tokens_per_minute, windows)
     # The cache-domain pin orders the targets before any step sizes or narrows them.
     steps = [counts, CacheDomainPin(store.sessions), pii, integrity, governance]
     # What the routing layers decide from, gathered before the policy decides (input.facts).
@@ -148,18 +161,19 @@ async def build_runtime(config: Config, clock: Clock = utc_now) -> Runtime:
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
 
-async def build_pii_guard(config: PiiConfig, store: Store, redis_prefix: str, detectors: dict[str, Detector]) -> PiiGuard:
+async def build_pii_guard(config: PiiConfig, store: Store, redis_prefix: str, detectors: dict[str, Detector], vault: Vault | None = None) -> PiiGuard:
+    """``vault``: one given (a worker's proxy to the hosted vault), else the store's kind decides."""
     settings = VaultSettings(config.session_ttl_seconds, config.token_ttl_seconds)
     encoded = config.vault_key()
     try:
         key = vault_key(encoded) if encoded else None
     except ValueError as error:
         raise ConfigError(f"pii.vault.key_env: {error}") from None
-    if store.redis is not None:
+    if vault is None and store.redis is not None:
         if key is None:
             log.warning("pii.vault.key_env is not set: the shared PII vault keeps values in Redis unsealed")
-        vault: Vault = RedisVault(store.redis, redis_prefix, key)
-    else:
+        vault = RedisVault(store.redis, redis_prefix, key)
+    elif vault is None:
         vault = MemoryVault(config.max_sessions)
     if config.ner_enabled:
         from portcullis.adapters.pii.presidio import NerDetector
@@ -286,12 +300,21 @@ async def _when_listening(server: SignalFreeServer, serving: asyncio.Future[None
     return server.listening.is_set()
 
 
-async def serve(config: Config, on_ready: Any = None) -> None:
+async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly: stop accepting connections,
     let requests and streams in flight finish for up to ``listen.drain_seconds``, cancel
     what remains (each still settles and records its outcome), close providers, stores
-    and the audit log, and return (exit status 0). A second signal skips the drain."""
-    runtime = await build_runtime(config)
+    and the audit log, and return (exit status 0). A second signal skips the drain.
+    As one ``worker`` of several: listen on the supervisor's port, write this worker's own
+    audit chain, use the hosted state (embedded store), and stop if the supervisor dies."""
+    hosted = None
+    if worker is not None:
+        from portcullis.adapters.worker import worker_audit_path
+
+        config = dataclasses.replace(config, audit_path=worker_audit_path(config.audit_path, worker.index))
+        await worker.state.connect()
+        hosted = worker.state if config.store.kind == "embedded" else None
+    runtime = await build_runtime(config, hosted=hosted)
     refusal = GatewayError(ErrorKind.UNAVAILABLE, "the gateway is shutting down; retry the request", code="shutting_down")
     app = CancelledByShutdown(create_app(runtime), generic_error_body(refusal))
     server = SignalFreeServer(
@@ -322,6 +345,12 @@ async def serve(config: Config, on_ready: Any = None) -> None:
         log.info("%s: draining requests in flight (up to %.0f s), then shutting down", signal.Signals(signum).name, config.drain_seconds)
         server.should_exit = True
 
+    def orphaned() -> None:  # nobody forwards signals or hosts the shared state any more
+        log.warning("the supervisor is gone: this worker stops as on SIGTERM")
+        stop(signal.SIGTERM)
+
+    if worker is not None:
+        worker.state.on_lost(orphaned)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(runtime.bundles.reload("SIGHUP")))
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -329,7 +358,8 @@ async def serve(config: Config, on_ready: Any = None) -> None:
     watcher = asyncio.ensure_future(runtime.bundles.watch())
     audit_retrier = asyncio.ensure_future(retry_audit(runtime.audit))
     log.info(
-        "serving on %s://%s:%d with bundle revision %r (%s), store %s",
+        "%sserving on %s://%s:%d with bundle revision %r (%s), store %s",
+        f"worker {worker.index}: " if worker is not None else "",
         "https" if config.tls_cert_file else "http",
         config.host,
         config.port,
@@ -338,14 +368,17 @@ async def serve(config: Config, on_ready: Any = None) -> None:
         config.store.kind,
     )
     try:
-        serving = asyncio.ensure_future(server.serve())
-        if on_ready is not None and await _when_listening(server, serving):
+        serving = asyncio.ensure_future(server.serve(sockets=[worker.listener] if worker is not None else None))
+        if (on_ready is not None or worker is not None) and await _when_listening(server, serving):
             try:
-                await on_ready(runtime)  # listening now: what it prints can be pasted at once
+                if on_ready is not None:
+                    await on_ready(runtime)  # listening now: what it prints can be pasted at once
             except BaseException:
                 server.should_exit = True
                 await serving
                 raise
+            if worker is not None:
+                worker.state.notify(READY)
         await serving
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -362,4 +395,6 @@ async def serve(config: Config, on_ready: Any = None) -> None:
             await asyncio.wait(unfinished, timeout=FINALIZE_SECONDS)
         runtime.audit.append("gateway_stopped", signal=stopped_by[0] if stopped_by else None, cancelled_requests=app.cut)
         await runtime.close()
+        if worker is not None:
+            await worker.state.close()
         log.info("shut down cleanly")

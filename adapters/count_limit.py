@@ -42,7 +42,10 @@ class CountLimit(Step[None]):
         return None
 
 
-def count_limit(store: Store, redis_prefix: str, per_minute: int) -> CountLimit:
+def count_limit(store: Store, redis_prefix: str, per_minute: int, windows: FailureCounter | None = None) -> CountLimit:
+    """``windows``: given ones (a worker's proxy to the windows its supervisor hosts), else the store's kind decides."""
+    if windows is not None:
+        return CountLimit(windows, per_minute)
     if store.redis is not None:
         return CountLimit(RedisFailureCounter(store.redis, per_minute, WINDOW_SECONDS, redis_prefix, name="counts"), per_minute)
     return CountLimit(MemoryFailureCounter(per_minute, WINDOW_SECONDS), per_minute)

@@ -303,6 +303,7 @@ def create_key(config_path: Path, team: str, user: str | None = None, env: dict[
 
 def gateway_config(directory: Path, fakes: Fakes, bundle: Path, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
+        "workers": 1,  # one process, one audit.jsonl; tests of several workers set their own
         "policy": {"bundle": str(bundle), "watch_interval_seconds": 0.2},
         "providers": [
             {

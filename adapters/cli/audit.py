@@ -13,29 +13,37 @@ from portcullis.adapters.config import load_config
 
 def register(commands: Any) -> None:
     audit = commands.add_parser("audit", help="audit log tools").add_subparsers(title="audit commands")
-    verify = audit.add_parser("verify", help="check the hash chain; exits non-zero at the first bad record")
+    verify = audit.add_parser("verify", help="check the hash chain (and each worker's chain beside it); exits non-zero at the first bad record")
     verify.add_argument("path", type=Path, nargs="?", help="the audit log (default: the configuration's audit.path)")
     verify.add_argument("--config", "-c", help="verify this configuration's audit.path (found as for policy test)")
     verify.set_defaults(run=_audit_verify)
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
-    from portcullis.engine.audit_chain import verify
+    from portcullis.adapters.worker import worker_audit_paths
 
     if args.path is not None and args.config:
         raise Failure("give the audit log's path or --config, not both")
     if args.path is None:
         args.path = Path(os.path.normpath(load_config(config_path(args.config, "audit log")).audit_path))
+    # With `workers: N`, each worker keeps its own chain beside the first: each is checked.
+    statuses = [_verify_one(path) for path in (args.path, *worker_audit_paths(args.path))]
+    return max(statuses)
+
+
+def _verify_one(path: Path) -> int:
+    from portcullis.engine.audit_chain import verify
+
     try:
-        with args.path.open("rb") as handle:
+        with path.open("rb") as handle:
             result = verify(handle)
     except OSError as error:
-        raise Failure(f"cannot read {args.path}: {error.strerror}") from None
+        raise Failure(f"cannot read {path}: {error.strerror}") from None
     if not result.ok:
-        print(f"{args.path}: line {result.bad_line}: {result.problem}")
+        print(f"{path}: line {result.bad_line}: {result.problem}")
         print(f"the first {result.records} records are intact (last good seq {result.head.seq})")
         return 1
-    print(f"{args.path}: {result.records} records, chain intact (head seq {result.head.seq}, hash {result.head.hash[:16]}…)")
+    print(f"{path}: {result.records} records, chain intact (head seq {result.head.seq}, hash {result.head.hash[:16]}…)")
     if result.repairs:
         print(f"torn writes cut at start-up and recorded: {len(result.repairs)} (audit_repaired at seq {', '.join(map(str, result.repairs))})")
     return 0

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters.cli.common import IDENTIFIER, Failure, with_config
 from portcullis.adapters.config import Config, load_config
+
+if TYPE_CHECKING:
+    from portcullis.adapters.worker import WorkerLink
 
 
 def register(commands: Any) -> None:
@@ -18,13 +21,6 @@ def register(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvloop
-
-    from portcullis.adapters.app import serve
-    from portcullis.adapters.audit_log import AuditLogError
-    from portcullis.adapters.store import StoreUnavailable
-    from portcullis.engine.bundle import BundleError
-
     if args.demo_key:  # the same names `keys create` accepts
         for label, value in zip(("team", "user"), args.demo_key.partition("/")[::2], strict=True):
             if value and not IDENTIFIER.fullmatch(value):
@@ -32,23 +28,41 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config))
     if not _port_is_free(config, bool(args.demo_key)):
         return 0
+    if config.workers > 1:  # a supervisor that imports none of the gateway's heavy parts
+        from portcullis.adapters.supervisor import supervise
+
+        return supervise(config, Path(args.config), args.demo_key)
+    run_gateway(config, args.demo_key)
+    return 0
+
+
+def run_gateway(config: Config, demo_key: str | None, worker: WorkerLink | None = None) -> None:
+    """Serve until stopped: the single process, or one worker of several (``worker``).
+    Start-up failures are raised as the ``Failure`` the command prints."""
+    import uvloop
+
+    from portcullis.adapters.app import serve
+    from portcullis.adapters.audit_log import AuditLogError
+    from portcullis.adapters.store import StoreUnavailable
+    from portcullis.engine.bundle import BundleError
+
     on_ready = None
-    if args.demo_key:
-        team, _, user = args.demo_key.partition("/")
+    if demo_key:
+        team, _, user = demo_key.partition("/")
 
         async def on_ready(runtime: Any) -> None:
-            from portcullis.adapters.quickstart import demo_key, quickstart_text, state_dir
+            from portcullis.adapters.quickstart import demo_key as make_demo_key
+            from portcullis.adapters.quickstart import quickstart_text, state_dir
 
-            key, key_id, reused = await demo_key(runtime.store, state_dir(config), team, user or None)
+            key, key_id, reused = await make_demo_key(runtime.store, state_dir(config), team, user or None)
             print(quickstart_text(config, key, key_id, runtime.bundles.active, team, reused), flush=True)
 
     try:
-        uvloop.run(serve(config, on_ready))
+        uvloop.run(serve(config, on_ready, worker))
     except BundleError as error:
         raise Failure(f"policy bundle {config.bundle_path} refused: {error}") from None
     except (StoreUnavailable, AuditLogError) as error:
         raise Failure(str(error)) from None
-    return 0
 
 
 def _port_is_free(config: Config, quickstart: bool) -> bool:
