@@ -218,3 +218,38 @@ def test_a_hard_cap_holds_across_two_processes_hammering_one_file(tmp_path: Path
     assert set(recorded) == set(admitted) and len(admitted) == len(set(admitted))
     assert sum(recorded.values()) == value
     assert len(admitted) < 600  # 600 requests of 1,000 against 60,000: the processes competed for the cap
+
+
+def test_a_write_waiting_for_another_process_lock_never_blocks_the_event_loop(tmp_path: Path) -> None:
+    """Another connection (as another worker would) holds the file's write lock for
+    200 ms: the reservation waits for it without stalling the event loop (a ticker keeps
+    ticking), then commits; the lock's holder saw its own write through."""
+    team = "lock-wait"
+
+    async def body(ledger: SqliteLedger, path: Path) -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO counters (key, value, expires_at, peak) VALUES ('other|cost|x', 1, '2999-01-01', 1)")
+        loop = asyncio.get_running_loop()
+        lags: list[float] = []
+
+        async def ticker() -> None:
+            while True:
+                started = loop.time()
+                await asyncio.sleep(0.005)
+                lags.append(loop.time() - started - 0.005)
+
+        ticking = asyncio.create_task(ticker())
+        loop.call_later(0.2, lambda: other.execute("COMMIT"))
+        started = loop.time()
+        verdict = await ledger.reserve(reservation(team, 1_000, 100_000))
+        waited = loop.time() - started
+        ticking.cancel()
+        other.close()
+        assert verdict.blocked is None
+        assert waited >= 0.19, "the reservation cannot have committed while the other connection held the lock"
+        assert len(lags) >= 20 and max(lags) < 0.05, f"the event loop stalled: longest tick lag {max(lags):.3f} s"
+        assert rows(path, "SELECT value FROM counters WHERE key = 'other|cost|x'") == [(1,)]
+        assert rows(path, "SELECT count(*) FROM reservations WHERE team = ?", team) == [(1,)]
+
+    run(tmp_path / "ledger.db", body)
