@@ -1,0 +1,65 @@
+"""Run a few coroutines side by side without paying for tasks they do not need.
+
+``together`` starts each coroutine at once, in order, and runs it until it first
+waits (a store read sent, its answer pending). One that finishes without waiting costs
+nothing more; the ones that wait are then awaited together, so their waits overlap.
+Why not ``asyncio.gather``: it wraps every coroutine in a task (~8 µs each here), and
+most requests' fact sources answer from memory (nothing to route, no tiered budget,
+no breaker configured): a gather of five would cost more than the reads it overlaps.
+
+The coroutines must not raise (their callers turn errors into absent results): one
+that raises while starting stops the others where they wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Coroutine, Generator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def together(coroutines: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Each coroutine's result, in the order given."""
+    results: list[Any] = [None] * len(coroutines)
+    waiting: list[tuple[int, Coroutine[Any, Any, T]]] = []
+    for index, coroutine in enumerate(coroutines):
+        try:
+            pending = coroutine.send(None)  # its first step, up to its first wait
+        except StopIteration as done:
+            results[index] = done.value
+            continue
+        except BaseException:
+            for _, started in waiting:
+                started.close()
+            raise
+        waiting.append((index, _finish(coroutine, pending)))
+    if len(waiting) == 1:  # nothing to overlap with: no task either
+        index, rest = waiting[0]
+        results[index] = await rest
+    elif waiting:
+        values = await asyncio.gather(*(rest for _, rest in waiting))
+        for (index, _), value in zip(waiting, values, strict=True):
+            results[index] = value
+    return results
+
+
+async def _finish(coroutine: Coroutine[Any, Any, T], pending: Any) -> T:
+    return await _rest(coroutine, pending)
+
+
+@types.coroutine
+def _rest(coroutine: Coroutine[Any, Any, T], pending: Any) -> Generator[Any, Any, T]:
+    """The rest of a coroutine whose first step already ran: hand the event loop what it
+    waits for, then drive it to the end. A cancellation while it waits reaches it."""
+    try:
+        yield pending
+    except BaseException as error:
+        try:
+            pending = coroutine.throw(error)
+        except StopIteration as done:
+            return done.value
+        return (yield from _rest(coroutine, pending))
+    return (yield from coroutine)  # type: ignore[misc]
