@@ -3,10 +3,11 @@
 Reserving runs one Lua script that checks every counter a request charges and, only
 if all stay within their limits, adds to all of them: nothing can interleave, so
 concurrent requests on any number of replicas never pass a hard limit together. The
-reservation's row is written to PostgreSQL at the same time, and both are done before
-``reserve`` returns: a row the counters refused is withdrawn, an admission PostgreSQL
-did not record is taken back. The commit waits for what ``store.durability`` asks
-(``connections.SYNCHRONOUS_COMMIT``).
+reservation is then written to PostgreSQL before the request is dispatched; the commit
+waits for what ``store.durability`` asks (``connections.SYNCHRONOUS_COMMIT``). The row
+is written only once the script admitted it: a counter loaded from PostgreSQL then
+never meets a reservation that its script will add again (an overlapped insert
+would be counted twice by a concurrent load, and refuse what fits).
 A rate window (``…|w60``) is a log of its entries beside its total; the same script
 drops what has left the window before it checks.
 
@@ -14,15 +15,11 @@ Redis is a cache of the ledger: a counter Redis does not have (a new period, a r
 added mid-period, a flushed or replaced Redis) is loaded from PostgreSQL's
 reservations before the script admits anything against it. A calendar counter's
 high-water mark (``…:peak``, what budget tiers read) rises in the same scripts and is
-rebuilt with it, by replaying the period's reservations in time order. A load that
-meets another replica's reservation in flight (its row written, its script not yet
-run) counts that bound twice: over, never under, until the period ends or
-``portcullis ledger reconcile --reload-counters``.
+rebuilt with it, by replaying the period's reservations in time order.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import logging
@@ -61,14 +58,6 @@ WITH previous AS (
 SELECT previous.state, EXISTS (SELECT 1 FROM updated) FROM previous
 """
 
-# A reservation the counters refused never ran: its row goes, and the journal records
-# the withdrawal beside the insert it undoes (the journal only ever grows).
-_WITHDRAW_SQL = """
-WITH gone AS (DELETE FROM reservations WHERE id = %(id)s AND state = 'open' RETURNING id, tokens, cost_micro_usd)
-INSERT INTO spend_journal (reservation_id, entry, tokens_delta, cost_delta, created_at)
-SELECT id, 'withdrawn', -tokens, -cost_micro_usd, %(now)s FROM gone
-"""
-
 _MARKER_SECONDS = 40 * 24 * 3600
 
 
@@ -90,68 +79,38 @@ class SharedLedger:
         return f"{self._prefix}reserved:{reservation_id}"
 
     async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
-        """The durable record and the admission run side by side: one wait instead of two.
-        A reservation the counters refuse (or cannot judge) has its record withdrawn again;
-        one PostgreSQL does not record has its admission taken back."""
         charges = reservation.charges
-        if not charges:
-            await self._record(reservation)
-            return Verdict(None, ())
-        recorded = asyncio.create_task(self._record(reservation))
-        try:
-            result = await self._admit(reservation)
-        except (RedisError, StoreUnavailable) as error:
-            if fail_open:
-                await recorded  # no counters, but the spend is not lost
-                return Verdict(None, (), unmetered=True)
-            await self._withdraw(reservation.id, recorded)
-            raise StoreUnavailable(f"the counters are unavailable: {type(error).__name__}") from None
-        except BaseException:  # cancelled mid-admission: whether Redis counted it is unknown, so keep no record (over, never under)
-            await asyncio.shield(self._withdraw(reservation.id, recorded))
-            raise
-        if result[0] == b"blocked":
-            await self._withdraw(reservation.id, recorded)
-            wait = int(result[2])
-            return Verdict(charges[int(result[1]) - 1], (), retry_after_ms=wait if wait >= 0 else None)
-        try:
-            await recorded
-        except StoreUnavailable:
-            await self._take_back(self._reserved_marker(reservation.id), reservation.id, {c.key: c.amount for c in charges})
-            raise
-        return Verdict(None, tuple(charges[int(index) - 1] for index in result[1:]))
-
-    async def _admit(self, reservation: Reservation) -> list[Any]:
-        """Run the reservation script, loading from PostgreSQL the counters Redis lacks."""
-        charges = reservation.charges
-        keys = [*(self._key(charge.key) for charge in charges), self._reserved_marker(reservation.id)]
+        keys = [self._key(charge.key) for charge in charges]
         args: list[Any] = []
         for charge in charges:
             limit = charge.limit
             block, warn = -1 if limit.block is None else limit.block, -1 if limit.warn is None else limit.warn
             args += [charge.amount, block, 1 if limit.hard else 0, warn, 1 if windowed(limit.period) else 0]
         args += [_ms(reservation.created_at), reservation.id]
-        for _ in range(3):
-            result = await self._reserve_script(keys=keys, args=args)
-            if result[0] != b"missing":
-                return result
-            for index in result[1:]:
-                # This reservation's own row may already be in PostgreSQL: the script is
-                # about to add it, so the load leaves it out.
-                await self._load(charges[int(index) - 1], reservation.created_at, excluding=reservation.id)
-        raise RedisError("counters could not be loaded from the ledger")
-
-    async def _withdraw(self, reservation_id: str, recorded: asyncio.Task[None]) -> None:
-        """Remove the record of a reservation the counters did not admit, once its insert
-        has finished (removed before, it would land after). The journal keeps both moves."""
+        result: list[Any] = [b"ok"]
         try:
-            await recorded
-        except (StoreUnavailable, psycopg.Error):
-            return  # nothing recorded (or PostgreSQL is down, and reconciliation keeps its bound: over, never under)
+            for _ in range(3):
+                result = await self._reserve_script(keys=[*keys, self._reserved_marker(reservation.id)], args=args) if keys else [b"ok"]
+                if result[0] != b"missing":
+                    break
+                for index in result[1:]:
+                    await self._load(charges[int(index) - 1], reservation.created_at)
+            else:
+                raise RedisError("counters could not be loaded from the ledger")
+        except (RedisError, StoreUnavailable) as error:
+            if not fail_open:
+                raise StoreUnavailable(f"the counters are unavailable: {type(error).__name__}") from None
+            await self._record(reservation)  # no counters, but the spend is not lost
+            return Verdict(None, (), unmetered=True)
+        if result[0] == b"blocked":
+            wait = int(result[2])
+            return Verdict(charges[int(result[1]) - 1], (), retry_after_ms=wait if wait >= 0 else None)
         try:
-            async with self._pool.connection() as connection:
-                await connection.execute(_WITHDRAW_SQL, {"id": reservation_id, "now": self._clock()})
-        except (psycopg.OperationalError, TimeoutError) as error:
-            log.error("reservation %s was refused but its record stays open (%s); reconciliation resolves it", reservation_id, type(error).__name__)
+            await self._record(reservation)
+        except StoreUnavailable:
+            await self._take_back(self._reserved_marker(reservation.id), reservation.id, {c.key: c.amount for c in charges})
+            raise
+        return Verdict(None, tuple(charges[int(index) - 1] for index in result[1:]))
 
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
         """Redis first, then PostgreSQL: if a counter is reloaded in between, it is reloaded
@@ -257,22 +216,22 @@ class SharedLedger:
     async def close(self) -> None:
         return None  # the connections belong to the store
 
-    async def _load(self, charge: Any, now: dt.datetime, excluding: str = "") -> None:
+    async def _load(self, charge: Any, now: dt.datetime) -> None:
         """Put a counter Redis lacks back from the durable record of its period, with its
         high-water mark: the period's reservations replayed in time order (each adds its
         bound when made, and moves to its final amount when resolved)."""
         if charge.key.endswith(f"|{WINDOW}"):
-            return await self._load_window(charge, now, excluding)
-        await self._load_counter(charge.key, charge.expires_at, excluding)
+            return await self._load_window(charge, now)
+        await self._load_counter(charge.key, charge.expires_at)
 
-    async def _load_counter(self, key: str, expires_at: dt.datetime, excluding: str = "") -> None:
+    async def _load_counter(self, key: str, expires_at: dt.datetime) -> None:
         scope, metric, instance = key.split("|")
         start, end = period_range(instance)
         where, params = _scope_predicate(scope)
         bound, final = _METRIC_COLUMNS[metric]
         try:
             async with self._pool.connection() as connection:
-                cursor = await connection.execute(_LOAD_SQL.format(where=where, bound=bound, final=final), (*params, excluding, start, end))
+                cursor = await connection.execute(_LOAD_SQL.format(where=where, bound=bound, final=final), (*params, start, end))
                 value, peak = await cursor.fetchone()
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
@@ -282,15 +241,15 @@ class SharedLedger:
             pipe.set(f"{self._key(key)}:peak", max(int(peak), int(value)), nx=True, exat=expires)
             await pipe.execute()
 
-    async def _load_window(self, charge: Any, now: dt.datetime, excluding: str = "") -> None:
+    async def _load_window(self, charge: Any, now: dt.datetime) -> None:
         """Rebuild a window Redis lacks from the reservations made in the 60 seconds before ``now``."""
         scope, metric, _ = charge.key.split("|")
         where, params = _scope_predicate(scope)
         try:
             async with self._pool.connection() as connection:
                 cursor = await connection.execute(
-                    f"SELECT id, created_at, tokens FROM reservations WHERE {where} AND id <> %s AND created_at > %s",
-                    (*params, excluding, now - dt.timedelta(milliseconds=WINDOW_MS)),
+                    f"SELECT id, created_at, tokens FROM reservations WHERE {where} AND created_at > %s",
+                    (*params, now - dt.timedelta(milliseconds=WINDOW_MS)),
                 )
                 rows = await cursor.fetchall()
         except (psycopg.OperationalError, TimeoutError) as error:
@@ -338,7 +297,7 @@ _METRIC_COLUMNS = {REQUESTS: ("1", "1"), TOKENS: ("bound_tokens", "tokens"), COS
 _LOAD_SQL = """
 WITH charged AS (
     SELECT created_at, resolved_at, {bound} AS bound, {final} AS final FROM reservations
-    WHERE {where} AND id <> %s AND created_at >= %s AND created_at < %s
+    WHERE {where} AND created_at >= %s AND created_at < %s
 ), steps AS (
     SELECT created_at AS at, 0 AS nth, bound AS delta FROM charged
     UNION ALL SELECT resolved_at, 1, final - bound FROM charged WHERE resolved_at IS NOT NULL
