@@ -14,6 +14,8 @@ that raises while starting stops the others where they wait.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import types
 from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
@@ -24,42 +26,46 @@ T = TypeVar("T")
 async def together(coroutines: list[Coroutine[Any, Any, T]]) -> list[T]:
     """Each coroutine's result, in the order given."""
     results: list[Any] = [None] * len(coroutines)
-    waiting: list[tuple[int, Coroutine[Any, Any, T]]] = []
+    waiting: list[tuple[int, Coroutine[Any, Any, T], Any, contextvars.Context]] = []
     for index, coroutine in enumerate(coroutines):
+        context = contextvars.copy_context()  # each its own, as a task would have
         try:
-            pending = coroutine.send(None)  # its first step, up to its first wait
+            pending = context.run(coroutine.send, None)  # its first step, up to its first wait
         except StopIteration as done:
             results[index] = done.value
             continue
         except BaseException:
-            for _, started in waiting:
-                started.close()
+            for unfinished in [*(started for _, started, _, _ in waiting), *coroutines[index + 1 :]]:
+                unfinished.close()
             raise
-        waiting.append((index, _finish(coroutine, pending)))
+        waiting.append((index, coroutine, pending, context))
     if len(waiting) == 1:  # nothing to overlap with: no task either
-        index, rest = waiting[0]
-        results[index] = await rest
+        index, coroutine, pending, context = waiting[0]
+        results[index] = await _rest(coroutine, pending, context)
     elif waiting:
-        values = await asyncio.gather(*(rest for _, rest in waiting))
-        for (index, _), value in zip(waiting, values, strict=True):
+        values = await asyncio.gather(*(_finish(coroutine, pending, context) for _, coroutine, pending, context in waiting))
+        for (index, *_), value in zip(waiting, values, strict=True):
             results[index] = value
     return results
 
 
-async def _finish(coroutine: Coroutine[Any, Any, T], pending: Any) -> T:
-    return await _rest(coroutine, pending)
+async def _finish(coroutine: Coroutine[Any, Any, T], pending: Any, context: contextvars.Context) -> T:
+    return await _rest(coroutine, pending, context)
 
 
 @types.coroutine
-def _rest(coroutine: Coroutine[Any, Any, T], pending: Any) -> Generator[Any, Any, T]:
-    """The rest of a coroutine whose first step already ran: hand the event loop what it
-    waits for, then drive it to the end. A cancellation while it waits reaches it."""
-    try:
-        yield pending
-    except BaseException as error:
+def _rest(coroutine: Coroutine[Any, Any, T], pending: Any, context: contextvars.Context) -> Generator[Any, Any, T]:
+    """The rest of a coroutine whose first step already ran, one step at a time in its
+    own context: hand the event loop what it waits for, then resume it (or, cancelled
+    meanwhile, raise the cancellation where it waits)."""
+    while True:
         try:
-            pending = coroutine.throw(error)
+            yield pending
+        except BaseException as error:
+            step = functools.partial(coroutine.throw, error)
+        else:
+            step = functools.partial(coroutine.send, None)
+        try:
+            pending = context.run(step)
         except StopIteration as done:
             return done.value
-        return (yield from _rest(coroutine, pending))
-    return (yield from coroutine)  # type: ignore[misc]

@@ -7,6 +7,7 @@ order. ``together`` starts no task for a coroutine that never waits."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from pathlib import Path
@@ -120,5 +121,25 @@ def test_a_cancellation_reaches_the_coroutines_together_waits_for() -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
         assert cleaned == ["alone", "one", "two"]
+
+    asyncio.run(main())
+
+
+def test_each_coroutine_runs_in_a_context_of_its_own() -> None:
+    """As under tasks: what one coroutine sets in a context variable neither leaks into
+    the caller nor into the others, before or after its first wait."""
+    current: contextvars.ContextVar[str] = contextvars.ContextVar("current", default="caller")
+
+    async def sets(name: str, waits: bool) -> tuple[str, str]:
+        before = current.get()
+        current.set(name)
+        if waits:
+            await asyncio.sleep(0.01)
+        return before, current.get()
+
+    async def main() -> None:
+        assert await together([sets("a", True), sets("b", False), sets("c", True)]) == [("caller", "a"), ("caller", "b"), ("caller", "c")]
+        assert await together([sets("d", True)]) == [("caller", "d")]
+        assert current.get() == "caller"
 
     asyncio.run(main())
