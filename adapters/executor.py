@@ -29,6 +29,7 @@ from portcullis.adapters.bundles import BundleManager
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
 from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
+from portcullis.adapters.fact_rounds import fact_rounds
 from portcullis.adapters.ingress import parse_request, read_body, request_id_of, session_of
 from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.operations import Operation
@@ -147,18 +148,15 @@ class Executor:
         gathered side by side (their store reads overlap), except that one waits for the
         sources whose facts it reads (``FactSource.reads``); the facts keep the sources'
         order whatever finished first."""
-        pending = list(self._facts)
-        while pending:
-            waiting_for = {source.name for source in pending}
-            ready = [source for source in pending if waiting_for.isdisjoint(source.reads)] or pending[:1]
+        for ready in fact_rounds(self._facts):
             facts = await together([self._gathered(exchange, source) for source in ready])
             for source, fact in zip(ready, facts, strict=True):
                 if fact is not None:
                     exchange.facts[source.name] = fact
-            pending = [source for source in pending if source not in ready]
-        order = [source.name for source in self._facts]  # the policy's input is the same document however the reads raced
-        for name in sorted(exchange.facts, key=lambda name: order.index(name) if name in order else -1):
-            exchange.facts[name] = exchange.facts.pop(name)
+        if len(exchange.facts) > 1:  # the policy's input is the same document however the reads raced
+            order = [source.name for source in self._facts]
+            for name in sorted(exchange.facts, key=lambda name: order.index(name) if name in order else -1):
+                exchange.facts[name] = exchange.facts.pop(name)
 
     async def _gathered(self, exchange: Exchange, source: FactSource) -> object:
         try:
@@ -168,8 +166,10 @@ class Executor:
             return None
 
     async def _record_decided(self, exchange: Exchange) -> None:
-        """Side by side too: each source keeps its own decision (a pinned tier)."""
-        await together([self._decided(exchange, source) for source in self._facts])
+        """Side by side too: each source keeps its own decision (a pinned tier). Most
+        sources keep none (``decided`` not overridden) and are not called."""
+        keeping = [source for source in self._facts if type(source).decided is not FactSource.decided]
+        await together([self._decided(exchange, source) for source in keeping])
 
     async def _decided(self, exchange: Exchange, source: FactSource) -> None:
         try:
