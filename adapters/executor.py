@@ -29,6 +29,7 @@ from portcullis.adapters.bundles import BundleManager
 from portcullis.adapters.config import RequestLimits
 from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFailed
 from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
+from portcullis.adapters.fact_rounds import fact_rounds
 from portcullis.adapters.ingress import parse_request, read_body, request_id_of, session_of
 from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.operations import Operation
@@ -39,6 +40,7 @@ from portcullis.adapters.protocols.registry import Route, protocol
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
+from portcullis.adapters.together import together
 from portcullis.adapters.upstream_errors import read_json
 from portcullis.engine.clients import client_of
 from portcullis.engine.conversation import prefix_key
@@ -142,22 +144,38 @@ class Executor:
 
     async def _gather_facts(self, exchange: Exchange) -> None:
         """What the routing layers decide from. A source that fails leaves its fact out
-        (the policy decides what absence means); it never fails the request."""
-        for source in self._facts:
-            try:
-                fact = await source.gather(exchange)
-            except Exception as error:
-                log.error("request %s: the %s fact could not be gathered: %s", exchange.request_id, source.name, type(error).__name__)
-                continue
-            if fact is not None:
-                exchange.facts[source.name] = fact
+        (the policy decides what absence means); it never fails the request. Sources are
+        gathered side by side (their store reads overlap), except that one waits for the
+        sources whose facts it reads (``FactSource.reads``); the facts keep the sources'
+        order whatever finished first."""
+        for ready in fact_rounds(self._facts):
+            facts = await together([self._gathered(exchange, source) for source in ready])
+            for source, fact in zip(ready, facts, strict=True):
+                if fact is not None:
+                    exchange.facts[source.name] = fact
+        if len(exchange.facts) > 1:  # the policy's input is the same document however the reads raced
+            order = [source.name for source in self._facts]
+            for name in sorted(exchange.facts, key=lambda name: order.index(name) if name in order else -1):
+                exchange.facts[name] = exchange.facts.pop(name)
+
+    async def _gathered(self, exchange: Exchange, source: FactSource) -> object:
+        try:
+            return await source.gather(exchange)
+        except Exception as error:
+            log.error("request %s: the %s fact could not be gathered: %s", exchange.request_id, source.name, type(error).__name__)
+            return None
 
     async def _record_decided(self, exchange: Exchange) -> None:
-        for source in self._facts:
-            try:
-                await source.decided(exchange)
-            except Exception as error:  # the request goes on; its next turn decides again
-                log.error("request %s: what the plan decided for %s could not be kept: %s", exchange.request_id, source.name, type(error).__name__)
+        """Side by side too: each source keeps its own decision (a pinned tier). Most
+        sources keep none (``decided`` not overridden) and are not called."""
+        keeping = [source for source in self._facts if type(source).decided is not FactSource.decided]
+        await together([self._decided(exchange, source) for source in keeping])
+
+    async def _decided(self, exchange: Exchange, source: FactSource) -> None:
+        try:
+            await source.decided(exchange)
+        except Exception as error:  # the request goes on; its next turn decides again
+            log.error("request %s: what the plan decided for %s could not be kept: %s", exchange.request_id, source.name, type(error).__name__)
 
     async def _dispatch_within_deadline(self, exchange: Exchange) -> Response | RelayedStream:
         """Dispatch within the request's total deadline (``limits.request_deadline_seconds``,

@@ -139,6 +139,9 @@ class FactSource:
     that raises, and logs only the error's type."""
 
     name: ClassVar[str]
+    # The facts of other sources this one reads: it is gathered once they are in
+    # (sources are otherwise gathered side by side).
+    reads: ClassVar[tuple[str, ...]] = ()
 
     async def gather(self, exchange: Exchange) -> Any:
         return None

@@ -55,6 +55,7 @@ class ClassifierFailed(Exception):
 
 class IntentClassifier(FactSource):
     name = "classifier"
+    reads = ("features", "session")  # a first turn with no pin is classified
 
     def __init__(self, dispatcher: Dispatcher, governance: Governance, routers: BundleRouters) -> None:
         self._dispatcher = dispatcher

@@ -113,7 +113,7 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
 
     # One PostgreSQL pool and one Redis pool for the whole process: every client below shares them.
     database_url, redis_url = config.url(config.database_url_env), config.url(config.redis_url_env)
-    keys = await PostgresKeyStore.open(database_url, migrate=migrate, pool=config.postgres_pool)
+    keys = await PostgresKeyStore.open(database_url, migrate=migrate, pool=config.postgres_pool, durability=config.durability)
     redis = redis_client(redis_url, config.redis_pool)
     failures = RedisFailureCounter(redis, max_failures, window, config.redis_prefix)
     ledger = SharedLedger(redis, keys.pool, config.redis_prefix)

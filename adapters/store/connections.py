@@ -8,6 +8,7 @@ larger than the pool queues for a few milliseconds rather than turning into 503s
 
 from __future__ import annotations
 
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
@@ -37,8 +38,24 @@ def redis_client(url: str, config: RedisPoolConfig) -> Redis:
     return Redis.from_pool(pool)
 
 
-async def postgres_pool(url: str, config: PostgresPoolConfig) -> AsyncConnectionPool:
-    """An open pool whose ``connection()`` waits up to ``wait_seconds`` for a free one."""
+# What a commit waits for, by ``store.durability``. ``process``: the database server has
+# the commit in memory (it survives the gateway's crash, not the database server's or
+# its host's: the last ~0.6 s of commits, 3 × wal_writer_delay, can be lost then), so a
+# commit costs a round trip, not a disk flush. ``fsync``: the commit is on the server's
+# disk. Set once per pooled connection; writes that must outlive a database crash
+# whatever the setting (keys, revocations, migrations) ask for ``on`` in their own
+# transaction.
+SYNCHRONOUS_COMMIT = {"process": "off", "fsync": "on"}
+
+
+async def postgres_pool(url: str, config: PostgresPoolConfig, durability: str = "process") -> AsyncConnectionPool:
+    """An open pool whose ``connection()`` waits up to ``wait_seconds`` for a free one,
+    and whose connections commit at ``durability``."""
+    level = SYNCHRONOUS_COMMIT[durability]
+
+    async def configure(connection: AsyncConnection) -> None:
+        await connection.execute(f"SET synchronous_commit = {level}")  # autocommit: for the session
+
     pool = AsyncConnectionPool(
         url,
         min_size=config.min_connections,
@@ -46,6 +63,7 @@ async def postgres_pool(url: str, config: PostgresPoolConfig) -> AsyncConnection
         timeout=config.wait_seconds,
         open=False,
         kwargs={"autocommit": True},
+        configure=configure,
     )
     try:
         await pool.open(wait=True, timeout=10)

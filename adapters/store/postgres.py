@@ -21,8 +21,10 @@ class PostgresKeyStore:
         self.applied_migrations: list[str] = []
 
     @classmethod
-    async def open(cls, url: str, migrate: bool = False, pool: PostgresPoolConfig | None = None) -> PostgresKeyStore:
-        store = cls(await postgres_pool(url, pool or PostgresPoolConfig()))
+    async def open(cls, url: str, migrate: bool = False, pool: PostgresPoolConfig | None = None, durability: str = "process") -> PostgresKeyStore:
+        """``durability`` is the ledger's (``store.durability``): the pool's connections
+        commit at it; this store's own writes always wait for the disk."""
+        store = cls(await postgres_pool(url, pool or PostgresPoolConfig(), durability))
         if migrate:
             store.applied_migrations = await store.migrate()
         else:
@@ -44,6 +46,7 @@ class PostgresKeyStore:
                     if version in done:
                         continue
                     async with connection.transaction():
+                        await connection.execute(_DURABLE)
                         await connection.execute(sql)
                         await connection.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
                     applied.append(name)
@@ -63,7 +66,7 @@ class PostgresKeyStore:
             raise StoreUnavailable("the PostgreSQL schema is not up to date: run `portcullis db migrate`")
 
     async def find_by_hash(self, key_hash: str) -> KeyRecord | None:
-        row = await self._one("SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys WHERE key_hash = %s", (key_hash,))
+        row = await self._one("SELECT key_id, team, user_id, name, created_at, revoked_at FROM virtual_keys WHERE key_hash = %s", (key_hash,), write=False)
         return KeyRecord(*row) if row else None
 
     async def create_key(self, record: KeyRecord, key_hash: str) -> None:
@@ -97,7 +100,7 @@ class PostgresKeyStore:
         )
 
     async def find_aws_credential(self, access_key_id: str) -> tuple[KeyRecord, SealedSecret] | None:
-        row = await self._one(f"{_AWS_SELECT} WHERE access_key_id = %s", (access_key_id,))
+        row = await self._one(f"{_AWS_SELECT} WHERE access_key_id = %s", (access_key_id,), write=False)
         return _aws_record(row) if row else None
 
     async def aws_credentials(self) -> list[tuple[KeyRecord, SealedSecret]]:
@@ -121,14 +124,23 @@ class PostgresKeyStore:
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
 
-    async def _one(self, sql: str, params: tuple) -> tuple | None:
+    async def _one(self, sql: str, params: tuple, write: bool = True) -> tuple | None:
+        """One statement; a write in a transaction that waits for the disk whatever the
+        pool's ``synchronous_commit`` (a revoked key must stay revoked after a crash)."""
         try:
             async with self._pool.connection() as connection:
-                cursor = await connection.execute(sql, params)
-                return await cursor.fetchone()
+                if not write:
+                    cursor = await connection.execute(sql, params)
+                    return await cursor.fetchone()
+                async with connection.transaction():
+                    await connection.execute(_DURABLE)
+                    cursor = await connection.execute(sql, params)
+                    return await cursor.fetchone()
         except (psycopg.OperationalError, TimeoutError) as error:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
 
+
+_DURABLE = "SET LOCAL synchronous_commit = on"
 
 _AWS_SELECT = "SELECT access_key_id, team, user_id, name, created_at, revoked_at, seal_key_id, sealed_secret FROM aws_credentials"
 

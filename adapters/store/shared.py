@@ -3,7 +3,11 @@
 Reserving runs one Lua script that checks every counter a request charges and, only
 if all stay within their limits, adds to all of them: nothing can interleave, so
 concurrent requests on any number of replicas never pass a hard limit together. The
-reservation is then written to PostgreSQL before the request is dispatched.
+reservation is then written to PostgreSQL before the request is dispatched; the commit
+waits for what ``store.durability`` asks (``connections.SYNCHRONOUS_COMMIT``). The row
+is written only once the script admitted it: a counter loaded from PostgreSQL then
+never meets a reservation that its script will add again (an overlapped insert
+would be counted twice by a concurrent load, and refuse what fits).
 A rate window (``…|w60``) is a log of its entries beside its total; the same script
 drops what has left the window before it checks.
 
