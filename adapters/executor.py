@@ -14,7 +14,6 @@ the request, and what is dispatched differs (an answer relayed and guarded, or a
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 
@@ -31,6 +30,7 @@ from portcullis.adapters.dispatch import Attempt, Call, Dispatcher, DispatchFail
 from portcullis.adapters.error_responses import REQUEST_ID_HEADERS, error_response
 from portcullis.adapters.fact_rounds import fact_rounds
 from portcullis.adapters.ingress import parse_request, read_body, request_id_of, session_of
+from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Clock, Exchange, FactSource, ResponseGuard, Step, utc_now
@@ -259,7 +259,7 @@ class Executor:
         try:
             for guard in self._guards(exchange, pair):
                 if await guard.document(document):
-                    raw = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+                    raw = compact(document)
             body = pair.client_body(raw, document, int(time.time()))
         except GatewayError as error:  # withheld: the provider's work is still charged
             return await self._finish_failed(exchange, error)

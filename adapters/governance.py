@@ -28,6 +28,7 @@ from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.adapters.providers import Provider
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Ledger, Reservation
+from portcullis.adapters.token_counts import TokenCounts
 from portcullis.engine.activation import ActiveBundle
 from portcullis.engine.context_fit import EXACT, UPPER_BOUND, Sized
 from portcullis.engine.context_fit import refusal as fit_refusal
@@ -64,6 +65,7 @@ class Governance(Step[Metering]):
         self._clock = clock
         # A sub-call's reservation id -> its request's audit outcome, until the sub-call settles.
         self._subcall_outcomes: dict[str, dict[str, Any]] = {}
+        self._token_counts = TokenCounts()  # an agent's earlier turns are counted once
 
     async def admit(self, exchange: Exchange) -> Admission[Metering]:
         assert exchange.plan is not None and exchange.request is not None and exchange.bundle is not None
@@ -71,9 +73,10 @@ class Governance(Step[Metering]):
         # A hard limit needs a real bound: the output is then capped upstream, not just assumed.
         cap_output = any(c.hard and c.block is not None and c.metric != "requests" for c in exchange.plan.limits.counters)
         counted: dict[bool, tuple[int, str]] = {}  # the input sized once per counting method
-        sized = await self._sized(request, targets, counted)
+        team = exchange.principal.team if exchange.principal is not None else None
+        sized = await self._sized(request, targets, counted, team)
         # Routing layer L5: only targets that hold the request as it will be sent go on, and are reserved for.
-        verdicts = await judge(exchange.bundle, request, sized, lambda: self._tokens(request, True, counted))
+        verdicts = await judge(exchange.bundle, request, sized, lambda: self._tokens(request, True, counted, team))
         fitting = tuple(verdict.target for verdict in verdicts if verdict.fits)
         exchange.rejected_targets.extend(verdict.rejected() for verdict in verdicts if not verdict.fits)
         if targets and not fitting:
@@ -133,13 +136,13 @@ class Governance(Step[Metering]):
         counted: dict[bool, tuple[int, str]] = {}
         return self._bound(bundle, request, await self._sized(request, targets, counted), counted, day)
 
-    async def _sized(self, request: ParsedRequest, targets: tuple[Target, ...], counted: dict[bool, tuple[int, str]]) -> list[Sized]:
+    async def _sized(self, request: ParsedRequest, targets: tuple[Target, ...], counted: dict[bool, tuple[int, str]], team: str | None = None) -> list[Sized]:
         """Each target with its input counted the way its provider counts (``counted``
         keeps one count per method, so the input is sized once per method)."""
         sized = []
         for target in targets:
             exact = protocol(self._providers[target.provider].protocol_for(target.model, request.protocol) or request.protocol).wire.TOKEN_COUNT_EXACT
-            sized.append(Sized(target, await self._tokens(request, exact, counted), EXACT if exact else UPPER_BOUND))
+            sized.append(Sized(target, await self._tokens(request, exact, counted, team), EXACT if exact else UPPER_BOUND))
         return sized
 
     @staticmethod
@@ -152,15 +155,16 @@ class Governance(Step[Metering]):
         methods = {counted[item.method == EXACT][1] for item in sized}
         return bound_for(sizes, "+".join(sorted(methods)))
 
-    async def _tokens(self, request: ParsedRequest, exact: bool, counted: dict[bool, tuple[int, str]]) -> int:
+    async def _tokens(self, request: ParsedRequest, exact: bool, counted: dict[bool, tuple[int, str]], team: str | None = None) -> int:
         if exact not in counted:
-            counted[exact] = await self._count(request, exact)
+            counted[exact] = await self._count(request, exact, team)
         return counted[exact][0]
 
-    async def _count(self, request: ParsedRequest, exact: bool) -> tuple[int, str]:
+    async def _count(self, request: ParsedRequest, exact: bool, team: str | None) -> tuple[int, str]:
+        segments = self._token_counts.counter(team) if team is not None and exact else None  # sized as a whole when no team scopes the cache
         if len(request.raw) > LARGE_BODY_BYTES:
-            return await asyncio.to_thread(count_input_tokens, request.body, exact)
-        return count_input_tokens(request.body, exact)
+            return await asyncio.to_thread(count_input_tokens, request.body, exact, segments)
+        return count_input_tokens(request.body, exact, segments)
 
     # --- the ledger ----------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ the client's protocol, the request id, the client's address and conversation id.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from collections.abc import Mapping
 
 from starlette.requests import ClientDisconnect, Request
@@ -67,8 +67,9 @@ def request_id_of(http: Request) -> str:
 
 
 def new_request_id() -> str:
-    # Time-ordered, so audit records sort by arrival; random tail for uniqueness.
-    return f"req_{time.time_ns():x}{uuid.uuid4().hex[:12]}"
+    # Time-ordered, so audit records sort by arrival; random tail for uniqueness (48 bits
+    # straight from os.urandom, as uuid4 drew them, without building a UUID).
+    return f"req_{time.time_ns():x}{os.urandom(6).hex()}"
 
 
 async def parse_request(

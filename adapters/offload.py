@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from portcullis.adapters.config import RequestLimits
+from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.protocols.interfaces import Parse, WireProtocol
 from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.engine.errors import GatewayError
@@ -51,7 +51,7 @@ async def serialised(body: dict[str, object], size: int) -> bytes:
 
 
 def _dumps(body: dict[str, object]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return compact(body)
 
 
 def _paused(work: Callable[..., T], *args: object) -> T:

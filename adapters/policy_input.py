@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from portcullis.adapters.auth import Principal
+from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.protocols.request import ParsedRequest
 from portcullis.engine.activation import ActiveBundle
 from portcullis.engine.errors import ErrorKind, GatewayError
@@ -32,7 +33,16 @@ def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest, f
     if facts:  # only when there are some: equal inputs share one cached evaluation
         input_document["facts"] = facts
     try:
-        return bundle.decide(input_document)
+        return bundle.decide(input_document, _encoded(input_document))
     except PolicyError as error:  # a broken policy refuses; it never lets a request through
         log.error("policy evaluation failed: %s", error)
         raise GatewayError(ErrorKind.INTERNAL, "the gateway's policy could not decide this request", code="policy_error") from None
+
+
+def _encoded(input_document: dict[str, Any]) -> str | None:
+    """The document as JSON, the fast way (json_bytes: ~6x faster than json.dumps); None
+    (the bundle encodes it, ASCII-escaped) for text UTF-8 cannot hold, a lone surrogate."""
+    try:
+        return compact(input_document).decode()
+    except UnicodeEncodeError:
+        return None

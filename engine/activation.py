@@ -84,11 +84,13 @@ class ActiveBundle:
     def digest(self) -> str:
         return self.bundle.digest
 
-    def decide(self, input_document: Mapping[str, Any]) -> DecisionPlan:
-        """The decision plan for one request. A policy that returns no plan fails closed."""
+    def decide(self, input_document: Mapping[str, Any], encoded: str | None = None) -> DecisionPlan:
+        """The decision plan for one request. A policy that returns no plan fails closed.
+        ``encoded``: the document already as JSON (the caller's faster encoder), else
+        encoded here; equal documents must encode alike (it keys the decision cache)."""
         principal = input_document.get("principal") or {}
         ids = (principal.get("user"), principal.get("key_id"))
-        plan = self._decide(json.dumps(input_document, separators=(",", ":")), ids)
+        plan = self._decide(encoded if encoded is not None else json.dumps(input_document, separators=(",", ":")), ids)
         if plan.reasons and plan.reasons[0].get("code") == "unknown_model":
             requested = (input_document.get("request") or {}).get("model")
             if isinstance(requested, str):

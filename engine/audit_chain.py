@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +30,11 @@ def record_hash(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical({k: v for k, v in record.items() if k != "hash"})).hexdigest()
 
 
-def seal(record: Mapping[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
+def seal(record: Mapping[str, Any], seq: int, prev: str, encode: Callable[[Mapping[str, Any]], bytes] = canonical) -> tuple[bytes, str]:
     """``record`` linked after the record whose hash is ``prev``: its JSON line (with
-    ``hash`` appended; key order does not matter to verification) and its hash."""
-    body = canonical({**record, "seq": seq, "prev": prev})
+    ``hash`` appended; key order does not matter to verification) and its hash.
+    ``encode`` must write exactly the bytes ``canonical`` writes (a faster encoder may)."""
+    body = encode({**record, "seq": seq, "prev": prev})
     digest = hashlib.sha256(body).hexdigest()
     return body[:-1] + b',"hash":"' + digest.encode() + b'"}\n', digest
 

@@ -55,11 +55,14 @@ def printable(name: object) -> str:
     """A client-chosen name (a model, a field) safe to echo in errors and logs: clients
     can put anything, personal data included, where a name is expected."""
     text = name if isinstance(name, str) else ""
-    if 0 < len(text) <= 128 and all(ch.isalnum() or ch in "._:/@-[]" for ch in text) and not _PERSONAL_LOOKING.search(text):
+    if _NAME.fullmatch(text) and not _PERSONAL_LOOKING.search(text):
         return text
     return "<unprintable name>"
 
 
+# 1 to 128 characters, each alphanumeric (re's \w is str.isalnum() plus "_") or one of "._:/@-[]":
+# one C-level match where a generator tested each character (a request logs its model twice).
+_NAME = re.compile(r"[\w.:/@\-\[\]]{1,128}")
 # An e-mail address, or a digit run longer than any date stamp in a model ID (phone, card and ID numbers).
 _PERSONAL_LOOKING = re.compile(r"@[^@]*\.[^@]*[A-Za-z]|\d{9,}")
 

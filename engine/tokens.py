@@ -41,8 +41,10 @@ def _cl100k() -> Callable[[str], int]:
     return lambda text: len(encoding.encode_ordinary(text))
 
 
-def count_input_tokens(body: dict[str, Any], exact_for_openai: bool) -> tuple[int, str]:
-    """(tokens, method) for the prompt part of a request body, either protocol."""
+def count_input_tokens(body: dict[str, Any], exact_for_openai: bool, count_segment: Callable[[str], int] | None = None) -> tuple[int, str]:
+    """(tokens, method) for the prompt part of a request body, either protocol.
+    ``count_segment`` counts one of ``joined_segments`` (a cache of them, say); the total
+    is the count of the whole joined text either way."""
     texts: list[str] = []
     fixed = 0
     for kind, value in _parts(body):
@@ -53,8 +55,42 @@ def count_input_tokens(body: dict[str, Any], exact_for_openai: bool) -> tuple[in
     items = len(body.get("messages") or []) + len(body.get("tools") or []) + 1
     fixed += OVERHEAD_TOKENS * items
     if exact_for_openai:
-        return _cl100k()("\n".join(texts)) + fixed, TIKTOKEN
+        if count_segment is None:
+            return _cl100k()("\n".join(texts)) + fixed, TIKTOKEN
+        return sum(map(count_segment, joined_segments(texts))) + fixed, TIKTOKEN
     return sum(len(text.encode("utf-8")) for text in texts) + fixed, UPPER_BOUND
+
+
+SEGMENT_CHARS = 64  # a text this long is a segment of its own (where a cut is allowed): an agent's messages and tool descriptions
+
+
+def joined_segments(texts: list[str]) -> list[str]:
+    """``"\n".join(texts)`` cut into pieces whose cl100k_base counts sum to the count of
+    the whole, so each piece can be counted once and remembered: an agent resends every
+    earlier turn, and only the new ones need tiktoken.
+
+    A cut is made only just after a separating newline that a non-whitespace character
+    follows. cl100k_base's pre-tokenizer (its regex) then ends a chunk exactly there: of
+    its alternatives only the whitespace ones can take a newline, and they stop before
+    a non-whitespace character; contractions, letters, digits and punctuation never take
+    a newline and then continue. The regex looks behind nothing, so the text after the cut
+    splits as it would alone, and BPE merges within chunks only. A long text (``SEGMENT_CHARS``)
+    stands alone where the cuts allow; short ones (keys, roles, ids) go with their
+    neighbours. ``tests/test_unit_token_segments.py`` checks the sums against tiktoken."""
+    segments: list[str] = []
+    current: list[str] = []
+    size = 0
+    for text in texts:
+        cuttable = text[:1] != "" and not text[:1].isspace()  # isspace() holds for every White_Space character (tested)
+        if current and cuttable and (size >= SEGMENT_CHARS or len(text) >= SEGMENT_CHARS):
+            segments.append("\n".join(current) + "\n")
+            current, size = [], 0
+        current.append(text)
+        size += len(text)
+    if current:
+        segments.append("\n".join(current))
+    return segments
+
 
 
 def _parts(value: Any, key: str | None = None) -> Iterator[tuple[str, Any]]:

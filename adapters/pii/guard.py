@@ -131,7 +131,8 @@ class PiiGuard(Step[PiiState]):
             changed = changed or result is not text
             return result
 
-        protocol.surfaces.visit_prompt(request.body, transform)
+        if findings:  # nothing found: every text would stay as it is, so the body is not walked again
+            protocol.surfaces.visit_prompt(request.body, transform)
         record["actions"] = judged.actions
         record["session"] = state.session_scope is not None
         return Admission(state, targets=internal, body_changed=changed)

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.protocols import anthropic_messages, bedrock_converse, bedrock_invoke, openai_chat, openai_responses
 from portcullis.adapters.protocols.interfaces import StreamConverter, Surfaces, TokenCounting, ToolCalls, Translator, Wire, WireProtocol
 from portcullis.adapters.protocols.jsonbody import invalid
@@ -154,7 +155,7 @@ class Route:
             carry(converted, request.forward_headers)
         if ceiling is not None:
             self.upstream.wire.cap_output(converted, ceiling)
-        return json.dumps(converted, ensure_ascii=False, separators=(",", ":")).encode()
+        return compact(converted)  # json.dumps's compact bytes, faster (json_bytes.py)
 
     def client_call(self, call: ToolCall) -> ToolCall:
         """A provider's tool call as the client will receive it: a translator that renames
