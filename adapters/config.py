@@ -314,7 +314,9 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         providers=providers,
         store=StoreConfig(
             kind=store.get("kind", "embedded"),
-            durability=store.get("durability", "process"),
+            # Unset, each store keeps what it always did: the embedded one survives a gateway
+            # crash (SQLite NORMAL), the shared one a database crash (PostgreSQL's default).
+            durability=store.get("durability", "fsync" if store.get("kind") == "shared" else "process"),
             path=resolve(store.get("path", ".portcullis/portcullis.db")),
             database_url_env=store.get("database_url_env", "DATABASE_URL"),
             redis_url_env=store.get("redis_url_env", "REDIS_URL"),

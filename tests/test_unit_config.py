@@ -108,3 +108,14 @@ def test_missing_provider_secret_stops_start_up(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-m", "portcullis.adapters.cli", "serve", "--config", str(path)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "PORTCULLIS_TEST_UNSET_SECRET is not set" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("store", "expected"),
+    [({}, "process"), ({"kind": "shared"}, "fsync"), ({"kind": "shared", "durability": "process"}, "process"), ({"durability": "fsync"}, "fsync")],
+)
+def test_durability_unset_keeps_what_each_store_did_before(tmp_path: Path, store: dict, expected: str) -> None:
+    """An operator who never wrote store.durability gets the store's old guarantee: the
+    embedded store survives a gateway crash, the shared one a database crash; weaker is opt-in."""
+    document = {"policy": {"bundle": "policies"}, "providers": [{"name": "p", "type": "openai", "base_url": "http://127.0.0.1:1/v1"}], "store": store}
+    assert load_config(write(tmp_path, document)).store.durability == expected
