@@ -253,3 +253,27 @@ def test_a_write_waiting_for_another_process_lock_never_blocks_the_event_loop(tm
         assert rows(path, "SELECT count(*) FROM reservations WHERE team = ?", team) == [(1,)]
 
     run(tmp_path / "ledger.db", body)
+
+
+def test_a_file_locked_too_long_makes_the_ledger_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock another process never lets go of is an unavailable store: the reservation
+    fails with ``StoreUnavailable`` (governance then refuses with a retry-after, or serves
+    unmetered where no hard limit applies), and nothing of it is recorded."""
+    from portcullis.adapters.store import StoreUnavailable, sqlite_batch
+
+    monkeypatch.setattr(sqlite_batch, "LOCK_WAIT_SECONDS", 0.05)
+    team = "lock-held"
+
+    async def body(ledger: SqliteLedger, path: Path) -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreUnavailable):
+                await ledger.reserve(reservation(team, 1_000, 100_000))
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert rows(path, "SELECT count(*) FROM reservations WHERE team = ?", team) == [(0,)]
+        assert (await ledger.reserve(reservation(team, 1_000, 100_000))).blocked is None  # the lock released: writes go on
+
+    run(tmp_path / "ledger.db", body)

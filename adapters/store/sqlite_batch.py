@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from portcullis.adapters.store import StoreUnavailable
+
 T = TypeVar("T")
 
 LOCK_WAIT_SECONDS = 5.0  # as long as the connection's own busy_timeout: then the write fails
@@ -114,8 +116,8 @@ class GroupCommit:
         deadline = loop.time() + LOCK_WAIT_SECONDS
         delay = _FIRST_RETRY_SECONDS
         while not self._begin():
-            if loop.time() >= deadline:
-                raise sqlite3.OperationalError("database is locked")
+            if loop.time() >= deadline:  # the callers fail closed (refused with a retry-after), as for any unreachable store
+                raise StoreUnavailable(f"the ledger's SQLite file stayed locked by another process for {LOCK_WAIT_SECONDS:g} s")
             await asyncio.sleep(delay)
             delay = min(delay * 2, _LONGEST_RETRY_SECONDS)
 
