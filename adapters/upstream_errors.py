@@ -9,6 +9,7 @@ import json
 import logging
 from typing import Any
 
+from portcullis.adapters.json_bytes import parse
 from portcullis.adapters.protocols.jsonbody import error_message
 from portcullis.adapters.providers import UpstreamResponse, UpstreamUnreachable
 from portcullis.engine.account_details import without_account_details
@@ -63,7 +64,7 @@ async def read_json(upstream: UpstreamResponse, limit: int) -> tuple[bytes, Any]
     not JSON is the next target's turn."""
     try:
         raw = await upstream.read(limit)
-        return raw, json.loads(raw)
+        return raw, parse(raw)
     except UpstreamUnreachable as failure:
         raise TryNext(failure.reason, unreachable(failure)) from None
     except ValueError:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from portcullis.adapters.json_bytes import compact
+from portcullis.adapters.json_bytes import compact, parse
 from portcullis.engine.audit_chain import canonical, seal, verify
 
 
@@ -159,3 +159,46 @@ def test_a_chain_sealed_with_compact_verifies_with_the_canonical_form() -> None:
     result = verify(lines)
     assert result.ok, result.problem
     assert result.records == len(lines) > 200
+
+
+def read(loads, raw: bytes) -> str:
+    """What a reader makes of ``raw``: the value's repr (floats and types included) or the error's type."""
+    try:
+        return repr(loads(raw))
+    except (ValueError, RecursionError) as error:
+        return type(error).__name__
+
+
+PARSE_EDGES = [
+    b'{"a":1e400}',  # infinity: only the standard library reads it
+    b"[NaN, -Infinity]",
+    b'{"a":123456789012345678901234567890}',  # past 64 bits: orjson would read a float
+    b'{"a":-9223372036854775809}',
+    b'{"a":18446744073709551615}',
+    b'{"a":"\\ud800"}',  # a lone surrogate
+    b'\xef\xbb\xbf{"a":1}',  # a byte-order mark
+    '{"a":"é"}'.encode("utf-16"),
+    b'{"a":"\xff"}',  # not UTF-8
+    b'{"a":1,"a":2}',  # the last member wins in both
+    b'{"a":-0.0,"b":2.5e-324,"c":1e-400}',
+    b'  {"a":"\\u0000"}\n ',
+    b'{"a":1} x',
+    b"",
+    b"[" * 2000 + b"]" * 2000,
+]
+
+
+@pytest.mark.parametrize("raw", PARSE_EDGES)
+def test_parse_reads_what_json_reads_on_the_edges(raw: bytes) -> None:
+    assert read(parse, raw) == read(json.loads, raw)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_parse_reads_what_json_reads_over_generated_documents(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    for _ in range(4000):
+        try:
+            raw = standard(random_value(rng), False)
+        except (TypeError, ValueError, UnicodeEncodeError):
+            continue
+        assert read(parse, raw) == read(json.loads, raw), raw

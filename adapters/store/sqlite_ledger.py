@@ -58,7 +58,8 @@ class SqliteLedger:
     async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]:
         rows = self._db.execute(
             "SELECT id, request_id, state, charges, bound_tokens, bound_micro_usd, usage, served, created_at FROM reservations"
-            " WHERE state = 'pending' OR (state = 'open' AND created_at < ?) ORDER BY created_at",
+            # The first term names the partial index's rows: the planner uses it only when the query says so.
+            " WHERE state IN ('open', 'pending') AND (state = 'pending' OR created_at < ?) ORDER BY created_at",
             (older_than.isoformat(),),
         ).fetchall()
         return [
@@ -165,18 +166,21 @@ def _settle(db: sqlite3.Connection, reservation_id: str, charges: list[dict[str,
     now = clock().isoformat()
     record = (final.state, final.tokens, final.cost_micro_usd, _json(final.usage), _json(final.served), now, reservation_id)
     if final.state == "reconciled":
-        row = db.execute("SELECT state FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
+        row = db.execute("SELECT state, created_at FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
         if row is None or row[0] not in ("open", "pending"):
             return Outcome(row[0] if row else "unknown", replayed=True)
-        previous = row[0]
+        previous, created_at = row
         db.execute(_SETTLE, record)
     else:
         # Only an open reservation settles; the state read again only for a replay's answer.
-        if db.execute(f"{_SETTLE} AND state = 'open'", record).rowcount == 0:
+        settled = db.execute(f"{_SETTLE} AND state = 'open' RETURNING created_at", record).fetchall()
+        if not settled:
             row = db.execute("SELECT state FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
             return Outcome(row[0] if row else "unknown", replayed=True)
-        previous = "open"
-    moving = _window_moves(db, reservation_id, settle_deltas(charges, final.amounts))
+        previous, [(created_at,)] = "open", settled
+    # A window's entries are keyed by the time the reservation was made, as _reserve wrote them.
+    reserved_ms = _ms(dt.datetime.fromisoformat(created_at))
+    moving = _window_moves(db, reservation_id, reserved_ms, settle_deltas(charges, final.amounts))
     after: dict[str, int] = {}
     if moving:
         db.executemany(
@@ -193,19 +197,21 @@ def _settle(db: sqlite3.Connection, reservation_id: str, charges: list[dict[str,
     return Outcome(final.state, thresholds=crossings)
 
 
-def _window_moves(db: sqlite3.Connection, reservation_id: str, deltas: dict[str, int]) -> dict[str, int]:
+def _window_moves(db: sqlite3.Connection, reservation_id: str, reserved_ms: int, deltas: dict[str, int]) -> dict[str, int]:
     """The deltas that move their counter: a window's total moves only while the entry is still in it."""
     windows = [key for key in deltas if key.endswith(f"|{WINDOW}")]
     if not windows:
         return deltas
     moved = db.executemany(
-        "UPDATE window_entries SET amount = amount + ? WHERE counter = ? AND reservation_id = ?", [(deltas[key], key, reservation_id) for key in windows]
+        "UPDATE window_entries SET amount = amount + ? WHERE counter = ? AND at_ms = ? AND reservation_id = ?",
+        [(deltas[key], key, reserved_ms, reservation_id) for key in windows],
     )
     if moved.rowcount != len(windows):  # some entry has left its window: which ones are still in
         kept = {
             key
             for (key,) in db.execute(
-                f"SELECT counter FROM window_entries WHERE reservation_id = ? AND counter IN ({_marks(len(windows))})", (reservation_id, *windows)
+                f"SELECT counter FROM window_entries WHERE at_ms = ? AND reservation_id = ? AND counter IN ({_marks(len(windows))})",
+                (reserved_ms, reservation_id, *windows),
             )
         }
         return {key: delta for key, delta in deltas.items() if key not in windows or key in kept}
