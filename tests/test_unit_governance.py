@@ -44,6 +44,18 @@ def test_period_instances_and_ranges() -> None:
     assert period_end("month", dt.datetime(2026, 12, 15, tzinfo=dt.UTC)) == dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
 
 
+def test_a_period_instance_is_spelled_as_strftime_spells_it_in_utc() -> None:
+    """Counter keys are stored: a new spelling would start every counter over."""
+    zones = [dt.UTC, dt.timezone(dt.timedelta(hours=-5)), dt.timezone(dt.timedelta(hours=13, minutes=45))]
+    moments = [dt.datetime(2026, 12, 31, 23, 30), dt.datetime(2027, 1, 1, 0, 15), dt.datetime(999, 3, 4, 12), dt.datetime(2028, 2, 29, 6)]
+    for moment in moments:
+        for zone in zones:
+            when = moment.replace(tzinfo=zone)
+            utc = when.astimezone(dt.UTC)
+            assert period_key("day", when) == utc.strftime("d%Y-%m-%d")
+            assert period_key("month", when) == utc.strftime("M%Y-%m")
+
+
 def test_bound_is_the_dearest_target() -> None:
     prices = PriceTable(
         [

@@ -9,10 +9,10 @@ in one all-or-nothing step.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from portcullis.adapters.json_bytes import compact
 from portcullis.engine.governance import Bound, Charge, Verdict
 
 
@@ -30,7 +30,7 @@ class Reservation:
         return [charge.as_record() for charge in self.charges]
 
     def charges_json(self) -> str:
-        return json.dumps(self.charge_records())
+        return compact(self.charge_records()).decode()
 
     def open_row(self) -> tuple[Any, ...]:
         """The values of ``RESERVATION_COLUMNS`` for this reservation as first recorded:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
 from portcullis.adapters.store.sqlite_batch import GroupCommit
 from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, reached_thresholds, window_wait_ms, windowed
@@ -249,4 +250,4 @@ def _ms(when: dt.datetime) -> int:
 
 
 def _json(value: Any) -> str | None:
-    return json.dumps(value) if value is not None else None
+    return compact(value).decode() if value is not None else None
