@@ -24,13 +24,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
 
+from portcullis.adapters.store import redis_errors
 from portcullis.engine.pii.redaction import pseudonym, token
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 PSEUDONYM = "pseudonym"
 TOKEN = "token"
@@ -177,7 +179,7 @@ class RedisVault:
                 try:
                     found = await self._assign(keys=[self._base(scope)], args=args)
                     break
-                except ResponseError as error:
+                except redis_errors.ResponseError as error:
                     if "token collision" not in str(error):
                         raise
                     args[4::3] = [new_token_id() for _ in items]
@@ -190,7 +192,7 @@ class RedisVault:
                     for placeholder, value in new.items():
                         pipe.set(f"{self._base(scope)}r:{placeholder}", self._seal(scope, placeholder, value), ex=ttl)
                     await pipe.execute()
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise VaultUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         return placeholders
 
@@ -199,7 +201,7 @@ class RedisVault:
             return {}
         try:
             sealed = await self._redis.mget([f"{self._base(scope)}r:{p}" for p in placeholders])
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise VaultUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         found = {}
         for placeholder, value in zip(placeholders, sealed, strict=True):

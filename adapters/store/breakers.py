@@ -19,9 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from redis.exceptions import RedisError
-
-from portcullis.adapters.store import StoreUnavailable
+from portcullis.adapters.store import StoreUnavailable, redis_errors
 from portcullis.engine.breakers import BreakerRule
 
 if TYPE_CHECKING:
@@ -179,7 +177,7 @@ class RedisBreakerBoard:
     async def view(self) -> BoardView:
         try:
             scored, failing = await self._view(keys=[self._open, self._failures])
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         pairs = iter(scored)
         open_until = {_text(target): int(float(score)) for target, score in zip(pairs, pairs, strict=True)}
@@ -190,27 +188,27 @@ class RedisBreakerBoard:
             code, until = await self._failed(
                 keys=[self._open, self._failures, self._probe + target], args=[target, rule.consecutive_failures, rule.open_ms, now_ms]
             )
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         return _TRANSITIONS[int(code)], int(until)
 
     async def succeeded(self, target: str, probe: bool) -> bool:
         try:
             return bool(await self._succeeded(keys=[self._open, self._failures, self._probe + target], args=[target, "1" if probe else "0"]))
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
 
     async def claim_probe(self, target: str, lease_ms: int, now_ms: int) -> Claim:
         try:
             claim = await self._claim(keys=[self._open, self._probe + target], args=[target, lease_ms, now_ms])
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         return _text(claim)  # type: ignore[return-value]
 
     async def release_probe(self, target: str) -> None:
         try:
             await self._redis.delete(self._probe + target)
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
 
 

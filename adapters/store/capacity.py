@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from portcullis.adapters.store import StoreUnavailable, redis_errors
 
-from portcullis.adapters.store import StoreUnavailable
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class RedisCapacity:
             limits += [-1 if key.rpm is None else key.rpm, -1 if key.tpm is None else key.tpm]
         try:
             index, wait = await self._take(keys=names, args=[tokens, start, int(now * 1000) % 60000, *limits])
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         if index < 0:
             return Taken(None, max(1, int(wait / 1000 + 0.999)))
@@ -115,5 +116,5 @@ class RedisCapacity:
     async def cool_down(self, provider: str, key: str, seconds: float) -> None:
         try:
             await self._redis.set(f"{self._prefix}supply:{provider}:{key}:cooldown", "1", px=max(1, int(seconds * 1000)))
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None

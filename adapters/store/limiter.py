@@ -7,9 +7,13 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from portcullis.adapters.store import redis_errors
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
 
 log = logging.getLogger("portcullis.auth")
 
@@ -77,7 +81,7 @@ class RedisFailureCounter:
             key = self._key(client)
             async with self._redis.pipeline(transaction=False) as pipe:
                 count, ttl = await pipe.get(key).ttl(key).execute()
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             self._falling_back(error)
             return await self._local.retry_after(client)
         if count is not None and int(count) >= self._max:
@@ -89,11 +93,11 @@ class RedisFailureCounter:
             key = self._key(client)
             async with self._redis.pipeline(transaction=True) as pipe:
                 await pipe.incr(key).expire(key, self._window, nx=True).execute()
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             self._falling_back(error)
             await self._local.record_failure(client)
 
-    def _falling_back(self, error: RedisError) -> None:
+    def _falling_back(self, error: Exception) -> None:
         now = self._clock()
         if self._warned_at is None or now - self._warned_at > 60:  # once a minute, not once a request
             self._warned_at = now

@@ -10,9 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from redis.exceptions import RedisError
-
-from portcullis.adapters.store import StoreUnavailable
+from portcullis.adapters.store import StoreUnavailable, redis_errors
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -62,11 +60,11 @@ class RedisReplayGuard:
     async def first_sighting(self, signature: str, remember_ms: int) -> bool:
         try:  # fails closed: a replay cannot be ruled out without Redis
             return bool(await self._redis.set(self._prefix + signature, b"1", nx=True, px=remember_ms))
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
 
     async def forget(self, signature: str) -> None:
         try:
             await self._redis.delete(self._prefix + signature)
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None

@@ -14,9 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from redis.exceptions import RedisError
-
-from portcullis.adapters.store import StoreUnavailable
+from portcullis.adapters.store import StoreUnavailable, redis_errors
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -71,7 +69,7 @@ class RedisSessionState:
     async def get(self, key: str) -> str | None:
         try:
             value = await self._redis.get(self._prefix + key)
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         return value.decode() if isinstance(value, bytes) else value
 
@@ -79,7 +77,7 @@ class RedisSessionState:
         try:
             # SET NX GET: written when absent, else the value already there, in one step
             held = await self._redis.set(self._prefix + key, value, nx=True, px=ttl_ms, get=True)
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
         if held is None:
             return value
@@ -88,5 +86,5 @@ class RedisSessionState:
     async def put(self, key: str, value: str, ttl_ms: int) -> None:
         try:
             await self._redis.set(self._prefix + key, value, px=ttl_ms)
-        except RedisError as error:
+        except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
