@@ -87,6 +87,11 @@ class Executor:
         self._clock = clock
         self._limits = limits
         self._facts = facts
+        # Fixed at start, so worked out once: the sources' order, and those that keep what was decided.
+        self._fact_order: dict[str, int] = {}
+        for position, source in enumerate(facts):
+            self._fact_order.setdefault(source.name, position)
+        self._keeping = tuple(source for source in facts if type(source).decided is not FactSource.decided)
         self._serve = {Operation.INFERENCE: self._dispatch, Operation.COUNT_TOKENS: self._count}
 
     # --- the pipeline ------------------------------------------------------------
@@ -154,8 +159,8 @@ class Executor:
                 if fact is not None:
                     exchange.facts[source.name] = fact
         if len(exchange.facts) > 1:  # the policy's input is the same document however the reads raced
-            order = [source.name for source in self._facts]
-            for name in sorted(exchange.facts, key=lambda name: order.index(name) if name in order else -1):
+            order = self._fact_order
+            for name in sorted(exchange.facts, key=lambda name: order.get(name, -1)):
                 exchange.facts[name] = exchange.facts.pop(name)
 
     async def _gathered(self, exchange: Exchange, source: FactSource) -> object:
@@ -168,8 +173,7 @@ class Executor:
     async def _record_decided(self, exchange: Exchange) -> None:
         """Side by side too: each source keeps its own decision (a pinned tier). Most
         sources keep none (``decided`` not overridden) and are not called."""
-        keeping = [source for source in self._facts if type(source).decided is not FactSource.decided]
-        await together([self._decided(exchange, source) for source in keeping])
+        await together([self._decided(exchange, source) for source in self._keeping])
 
     async def _decided(self, exchange: Exchange, source: FactSource) -> None:
         try:

@@ -47,11 +47,7 @@ async def off_loop(size: int, work: Callable[..., T], *args: object) -> T:
 async def serialised(body: dict[str, object], size: int) -> bytes:
     """A changed request body as the bytes that go upstream (compact, UTF-8), written
     off the loop when it is large (``size``: the body's size as it arrived)."""
-    return await off_loop(size, _dumps, body)
-
-
-def _dumps(body: dict[str, object]) -> bytes:
-    return compact(body)
+    return await off_loop(size, compact, body)
 
 
 def _paused(work: Callable[..., T], *args: object) -> T:

@@ -95,7 +95,6 @@ def joined_segments(texts: list[str]) -> list[str]:
     return segments
 
 
-
 def _parts(value: Any, key: str | None = None) -> Iterator[tuple[str, Any]]:
     """Every piece of text in a body, and a token allowance for binary content."""
     if isinstance(value, dict):

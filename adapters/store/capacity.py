@@ -56,7 +56,11 @@ class MemoryCapacity:
         return Taken(None, max(1, int((wait or 1) + 0.999)))
 
     async def cool_down(self, provider: str, key: str, seconds: float) -> None:
-        self._cool_until[(provider, key)] = self._clock() + seconds
+        self.cool_until(provider, key, self._clock() + seconds)
+
+    def cool_until(self, provider: str, key: str, until: float) -> None:
+        """Cool a key until ``until`` (this clock's seconds): a cool-down decided elsewhere."""
+        self._cool_until[(provider, key)] = until
 
 
 # KEYS: per key (3 each): cooldown, requests this minute, tokens this minute.

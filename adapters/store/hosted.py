@@ -123,25 +123,18 @@ class SharedCapacity:
 
     def __init__(self, client: StateClient) -> None:
         self._hosted = proxy(client, "capacity")
-        self._cool_until: dict[tuple[str, str], float] = {}
+        self._heard_cooling = MemoryCapacity()  # the announced cool-downs, judged as the host would
         client.on_event(self._heard)
 
     def _heard(self, event: tuple[Any, ...]) -> None:
         if event[0] == COOLED:
             _, provider, key, until = event
-            self._cool_until[(provider, key)] = until
+            self._heard_cooling.cool_until(provider, key, until)
 
     async def take(self, provider: str, keys: Sequence[KeyAllowance], tokens: int, start: int) -> Taken:
         if any(key.rpm is not None or key.tpm is not None for key in keys):
             return cast(Taken, await self._hosted.take(provider, keys, tokens, start))
-        now, wait = time.time(), None
-        for step in range(len(keys)):  # MemoryCapacity.take, for keys without limits
-            index = (start + step) % len(keys)
-            cooling = self._cool_until.get((provider, keys[index].name), 0) - now
-            if cooling <= 0:
-                return Taken(index, 0)
-            wait = cooling if wait is None else min(wait, cooling)
-        return Taken(None, max(1, int((wait or 1) + 0.999)))
+        return await self._heard_cooling.take(provider, keys, tokens, start)
 
     async def cool_down(self, provider: str, key: str, seconds: float) -> None:
         await self._hosted.cool_down(provider, key, seconds)
