@@ -119,7 +119,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
     active = load_bundle(config, config.provider_regions(), clock().date())
     bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
     seal = configured_seal(config.aws_credentials)  # a missing or malformed seal key stops start-up here
-    store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window)
+    sole_gateway = config.workers == 1 and hosted is None  # several workers judge the file's counters together
+    store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window, sole_gateway=sole_gateway)
     if hosted is not None:
         store = shared_state.shared_store(store, hosted)
     try:

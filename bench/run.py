@@ -90,6 +90,7 @@ def ledger_costs(database_url: str, redis_url: str, workdir: Path, calls: int) -
     from portcullis.adapters.store.postgres import PostgresKeyStore
     from portcullis.adapters.store.shared import SharedLedger
     from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
+    from portcullis.adapters.store.sqlite_write_behind import WriteBehindLedger
     from portcullis.engine.governance import Bound, CounterLimit, Limits, charges
 
     limits = Limits(
@@ -101,25 +102,25 @@ def ledger_costs(database_url: str, redis_url: str, workdir: Path, calls: int) -
         )
     )
 
-    async def measure(ledger: Any, with_counters: bool) -> dict[str, float]:
+    def reservation(with_counters: bool) -> Reservation:
+        now = dt.datetime.now(dt.UTC)
+        bound = Bound(2000, 50_000, "bench")
+        made = tuple(charges(limits, bound, now)) if with_counters else ()
+        return Reservation(f"req_{uuid.uuid4().hex}", "r", "main", {"team": "bench", "user": "u", "key_id": "k"}, made, bound, now)
+
+    async def settle(ledger: Any, reservation: Reservation) -> None:
+        amounts = {c.key: 1 if c.limit.metric == "requests" else 300 for c in reservation.charges}
+        await ledger.settle(reservation.id, reservation.charge_records(), Final("settled", 300, 1_000, amounts))
+
+    async def measure(ledger: Any, with_counters: bool, in_flight: int = 1) -> dict[str, float]:
+        """Per request: ``in_flight`` reservations at once, then their settlements."""
         timings = []
-        for _ in range(calls):
-            now = dt.datetime.now(dt.UTC)
-            bound = Bound(2000, 50_000, "bench")
-            reservation = Reservation(
-                f"req_{uuid.uuid4().hex}",
-                "r",
-                "main",
-                {"team": "bench", "user": "u", "key_id": "k"},
-                tuple(charges(limits, bound, now)) if with_counters else (),
-                bound,
-                now,
-            )
+        for _ in range(max(1, calls // in_flight)):
+            made = [reservation(with_counters) for _ in range(in_flight)]
             started = time.perf_counter_ns()
-            await ledger.reserve(reservation)
-            amounts = {c.key: 1 if c.limit.metric == "requests" else 300 for c in reservation.charges}
-            await ledger.settle(reservation.id, reservation.charge_records(), Final("settled", 300, 1_000, amounts))
-            timings.append((time.perf_counter_ns() - started) / 1000)
+            await asyncio.gather(*(ledger.reserve(item) for item in made))
+            await asyncio.gather(*(settle(ledger, item) for item in made))
+            timings.append((time.perf_counter_ns() - started) / 1000 / in_flight)
         timings.sort()
         return {"median_us": statistics.median(timings), "p99_us": timings[int(len(timings) * 0.99)]}
 
@@ -129,6 +130,14 @@ def ledger_costs(database_url: str, redis_url: str, workdir: Path, calls: int) -
         embedded = SqliteLedger(sqlite.connection)
         results["embedded (SQLite), 4 counters"] = await measure(embedded, True)
         results["embedded (SQLite), no counters"] = await measure(embedded, False)
+        results["embedded, 16 in flight, 4 counters"] = await measure(embedded, True, 16)
+        await sqlite.close()
+        sqlite = SqliteKeyStore.open(workdir / "ledger-behind.db")
+        behind = WriteBehindLedger.open(sqlite.connection, workdir / "ledger-behind.db")
+        assert behind is not None
+        results["written behind (workers: 1), 4 counters"] = await measure(behind, True)
+        results["written behind, 16 in flight, 4 counters"] = await measure(behind, True, 16)
+        await behind.close()
         await sqlite.close()
         keys = await PostgresKeyStore.open(database_url)
         client = aioredis.Redis.from_url(redis_url)
@@ -305,7 +314,7 @@ def rest(args: argparse.Namespace) -> int:
         figures = f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  {row['rps']:7.0f} req/s  errors {row['errors']}"
         print(f"  {row['store']:<22} conc {row['concurrency']:>3}: {figures}")
     report_routing(routed, args.duration)
-    print(f"\nreservation + settlement, called directly, {args.ledger_calls} sequential calls:")
+    print(f"\nreservation + settlement per request, called directly, {args.ledger_calls} requests (one at a time, or 16 at once):")
     for label, figures in ledger.items():
         print(f"  {label:<42} median {figures['median_us']:7.1f} µs   p99 {figures['p99_us']:7.1f} µs")
     print(f"\npolicy decision, {args.decisions} mixed requests (regorus, one thread):")

@@ -19,6 +19,7 @@ from portcullis.adapters.store.ledger import Final, Reservation
 from portcullis.adapters.store.postgres import PostgresKeyStore
 from portcullis.adapters.store.shared import SharedLedger
 from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
+from portcullis.adapters.store.sqlite_write_behind import WriteBehindLedger
 from portcullis.engine.governance import Bound, CounterLimit, Limits, charges
 
 
@@ -65,6 +66,16 @@ async def open_ledger(kind: str, tmp_path: Path, services: Any) -> AsyncIterator
         finally:
             await store.close()
         return
+    if kind == "write-behind":
+        store = SqliteKeyStore.open(tmp_path / "ledger.db")
+        behind = WriteBehindLedger.open(store.connection, tmp_path / "ledger.db")
+        assert behind is not None
+        try:
+            yield behind
+        finally:
+            await behind.close()
+            await store.close()
+        return
     keys = await PostgresKeyStore.open(services.database_url)
     client = aioredis.Redis.from_url(services.redis_url)
     try:
@@ -74,7 +85,7 @@ async def open_ledger(kind: str, tmp_path: Path, services: Any) -> AsyncIterator
         await keys.close()
 
 
-@pytest.fixture(params=["embedded", "shared"])
+@pytest.fixture(params=["embedded", "write-behind", "shared"])
 def with_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[Callable[[Any], Awaitable[None]]], None]:
     services = request.getfixturevalue("services") if request.param == "shared" else None
 
@@ -230,8 +241,8 @@ def test_the_journal_records_every_move(tmp_path: Path, services) -> None:
         await ledger.settle(res.id, res.charge_records(), settled(res, 12_000))  # a replay journals nothing
         return res.id
 
-    async def embedded() -> str:
-        async with open_ledger("embedded", tmp_path, None) as ledger:
+    async def embedded(kind: str = "embedded") -> str:
+        async with open_ledger(kind, tmp_path, None) as ledger:
             return await exercise(ledger)
 
     async def shared() -> str:
@@ -239,6 +250,10 @@ def test_the_journal_records_every_move(tmp_path: Path, services) -> None:
             return await exercise(ledger)
 
     reservation_id = asyncio.run(embedded())
+    with sqlite3.connect(tmp_path / "ledger.db") as connection:
+        rows = connection.execute("SELECT entry, cost_delta FROM spend_journal WHERE reservation_id = ? ORDER BY id", (reservation_id,)).fetchall()
+    assert rows == [("reserve", 30_000), ("settled", -18_000)]
+    reservation_id = asyncio.run(embedded("write-behind"))  # written behind the requests, the same moves
     with sqlite3.connect(tmp_path / "ledger.db") as connection:
         rows = connection.execute("SELECT entry, cost_delta FROM spend_journal WHERE reservation_id = ? ORDER BY id", (reservation_id,)).fetchall()
     assert rows == [("reserve", 30_000), ("settled", -18_000)]

@@ -90,23 +90,31 @@ class Store:
     breakers: BreakerBoard = field(default_factory=lambda: _memory_breakers())  # targets' circuit breakers
 
     async def close(self) -> None:
+        await self.ledger.close()  # first: an embedded ledger may still write to the key store's file
         await self.keys.close()
         await self.auth_failures.close()
         if self.redis is not None:
             await self.redis.aclose()  # and its pool, which every Redis client here borrowed from
 
 
-async def open_store(config: StoreConfig, max_failures: int, window: int, migrate: bool = False) -> Store:
+async def open_store(config: StoreConfig, max_failures: int, window: int, migrate: bool = False, sole_gateway: bool = False) -> Store:
     """Open the configured store. Embedded stores migrate themselves; a shared schema is
-    migrated explicitly (``portcullis db migrate``) unless ``migrate`` is set."""
+    migrated explicitly (``portcullis db migrate``) unless ``migrate`` is set.
+    ``sole_gateway``: this process is the only gateway process on the store (``workers:
+    1``), so an embedded ledger may keep its counters in memory and write its file
+    behind the requests (``sqlite_write_behind``; ``durability: process`` only — at
+    ``fsync`` every step waits for the disk either way, and writes through)."""
     from portcullis.adapters.store.capacity import MemoryCapacity, RedisCapacity
     from portcullis.adapters.store.limiter import MemoryFailureCounter, RedisFailureCounter
 
     if config.kind == "embedded":
         from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
+        from portcullis.adapters.store.sqlite_write_behind import WriteBehindLedger, lock_path
 
         sqlite = SqliteKeyStore.open(config.path, config.durability)
-        return Store(sqlite, MemoryFailureCounter(max_failures, window), SqliteLedger(sqlite.connection), MemoryCapacity())
+        behind = WriteBehindLedger.open(sqlite.connection, config.path) if sole_gateway and config.durability == "process" else None
+        ledger = behind or SqliteLedger(sqlite.connection, lock=lock_path(config.path))
+        return Store(sqlite, MemoryFailureCounter(max_failures, window), ledger, MemoryCapacity())
     from portcullis.adapters.store.connections import redis_client
     from portcullis.adapters.store.postgres import PostgresKeyStore
     from portcullis.adapters.store.shared import SharedLedger

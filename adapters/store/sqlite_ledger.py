@@ -6,19 +6,27 @@ the counters, and a reservation is judged on their values under the write lock. 
 writes of concurrent requests of one process share a transaction (``GroupCommit``).
 A write reads each table it needs once, for all its counters, and skips what cannot
 change (a window slide with nothing expired, a read-before-update of the reservation).
+
+A gateway that reserves here holds ``lock`` shared (from its first reservation on): a
+gateway that keeps the ledger in memory (``sqlite_write_behind``) holds it exclusively,
+and the two must not judge the same counters.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
+import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from portcullis.adapters.json_bytes import compact
+from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
 from portcullis.adapters.store.sqlite_batch import GroupCommit
 from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, reached_thresholds, window_wait_ms, windowed
@@ -31,9 +39,11 @@ _CLEANUP_EVERY = 1000  # reservations between two sweeps of expired counters
 class SqliteLedger:
     """The ``Ledger`` on one SQLite connection (the key store's); writes go through group commit."""
 
-    def __init__(self, connection: sqlite3.Connection, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+    def __init__(self, connection: sqlite3.Connection, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC), lock: Path | None = None) -> None:
         self._db = connection
         self._clock = clock
+        self._lock = lock
+        self._lock_fd: int | None = None
         self._writes = GroupCommit(connection)
         self._since_cleanup = 0
         # Admitted and not yet settled here: when others are in flight, a write waits for
@@ -41,6 +51,8 @@ class SqliteLedger:
         self._in_flight = 0
 
     async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
+        if self._lock is not None and self._lock_fd is None:
+            self._hold_lock(self._lock)
         batch = self._in_flight > 0
         verdict = await self._writes.run(partial(_reserve, reservation=reservation), batch, skip_if_abandoned=True)
         if verdict.blocked is None:
@@ -57,26 +69,7 @@ class SqliteLedger:
             self._in_flight = max(0, self._in_flight - 1)
 
     async def unresolved(self, older_than: dt.datetime) -> list[Unresolved]:
-        rows = self._db.execute(
-            "SELECT id, request_id, state, charges, bound_tokens, bound_micro_usd, usage, served, created_at FROM reservations"
-            # The first term names the partial index's rows: the planner uses it only when the query says so.
-            " WHERE state IN ('open', 'pending') AND (state = 'pending' OR created_at < ?) ORDER BY created_at",
-            (older_than.isoformat(),),
-        ).fetchall()
-        return [
-            Unresolved(
-                r[0],
-                r[1],
-                r[2],
-                json.loads(r[3]),
-                r[4],
-                r[5],
-                json.loads(r[6]) if r[6] else None,
-                json.loads(r[7]) if r[7] else None,
-                dt.datetime.fromisoformat(r[8]),
-            )
-            for r in rows
-        ]
+        return unresolved_rows(self._db, older_than)
 
     async def counter(self, key: str) -> int:
         row = self._db.execute("SELECT value FROM counters WHERE key = ?", (key,)).fetchone()
@@ -88,7 +81,21 @@ class SqliteLedger:
         return dict(self._db.execute(f"SELECT key, peak FROM counters WHERE key IN ({_marks(len(keys))})", keys).fetchall())
 
     async def close(self) -> None:
-        return None  # the connection belongs to the key store
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        # The connection belongs to the key store.
+
+    def _hold_lock(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreUnavailable(
+                "another gateway serves this embedded store with workers: 1 and keeps its ledger in memory; give each gateway its own store.path"
+            ) from None
+        self._lock_fd = fd
 
     def _cleanup(self) -> None:
         self._since_cleanup += 1
@@ -103,6 +110,29 @@ class SqliteLedger:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+
+def unresolved_rows(db: sqlite3.Connection, older_than: dt.datetime) -> list[Unresolved]:
+    rows = db.execute(
+        "SELECT id, request_id, state, charges, bound_tokens, bound_micro_usd, usage, served, created_at FROM reservations"
+        # The first term names the partial index's rows: the planner uses it only when the query says so.
+        " WHERE state IN ('open', 'pending') AND (state = 'pending' OR created_at < ?) ORDER BY created_at",
+        (older_than.isoformat(),),
+    ).fetchall()
+    return [
+        Unresolved(
+            r[0],
+            r[1],
+            r[2],
+            json.loads(r[3]),
+            r[4],
+            r[5],
+            json.loads(r[6]) if r[6] else None,
+            json.loads(r[7]) if r[7] else None,
+            dt.datetime.fromisoformat(r[8]),
+        )
+        for r in rows
+    ]
 
 
 def _reserve(db: sqlite3.Connection, reservation: Reservation) -> Verdict:
