@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from portcullis.adapters.json_bytes import compact
-from portcullis.engine.governance import Bound, Charge, Verdict
+from portcullis.engine.governance import Bound, Charge, Verdict, reached_thresholds
 
 
 @dataclass(frozen=True)
@@ -144,3 +144,12 @@ class Final:
 def settle_deltas(charges: list[dict[str, Any]], amounts: dict[str, int]) -> dict[str, int]:
     """What each counter moves by when the charges are replaced with final amounts."""
     return {charge["key"]: amounts.get(charge["key"], charge["amount"]) - charge["amount"] for charge in charges}
+
+
+def thresholds_reached(charges: list[dict[str, Any]], values: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """(counter, threshold) for every budget threshold the counters' ``values`` have
+    reached, each once; which of them fire for the first time is the store's to say."""
+    by_key: dict[str, dict[str, Any]] = {}
+    for charge in charges:
+        by_key.setdefault(charge["key"], charge)
+    return list(dict.fromkeys((key, threshold) for key, value in values for threshold in reached_thresholds(by_key[key], value)))

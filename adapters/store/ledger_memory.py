@@ -23,8 +23,8 @@ from functools import lru_cache
 from typing import Any
 
 from portcullis.adapters.json_bytes import compact
-from portcullis.adapters.store.ledger import Final, Outcome, Reservation, settle_deltas
-from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, reached_thresholds, window_wait_ms, windowed
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, settle_deltas, thresholds_reached
+from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, window_wait_ms, windowed
 
 Entry = dict[str, Any]
 _WAIT_ENTRIES = 1000  # a blocked window's oldest entries that its wait is worked out from, as the file's query reads
@@ -248,10 +248,7 @@ class LedgerMemory:
         return {"seq": seq, "op": "expire", "before": now}
 
     def _fire(self, charges: list[dict[str, Any]], values: list[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
-        by_key: dict[str, dict[str, Any]] = {}
-        for charge in charges:
-            by_key.setdefault(charge["key"], charge)
-        reached = list(dict.fromkeys((key, threshold) for key, value in values for threshold in reached_thresholds(by_key[key], value)))
+        reached = thresholds_reached(charges, values)
         if not reached:
             return ()
         unread = [key for key in dict.fromkeys(key for key, _ in reached) if key not in self._fired]

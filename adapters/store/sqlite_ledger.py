@@ -27,9 +27,9 @@ from typing import Any
 
 from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.store import StoreUnavailable
-from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas, thresholds_reached
 from portcullis.adapters.store.sqlite_batch import GroupCommit
-from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, reached_thresholds, window_wait_ms, windowed
+from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, window_wait_ms, windowed
 
 _INSERT_RESERVATION = insert_reservation_sql("?")
 _SETTLE = "UPDATE reservations SET state = ?, tokens = ?, cost_micro_usd = ?, usage = ?, served = ?, resolved_at = ? WHERE id = ?"
@@ -252,10 +252,7 @@ def _window_moves(db: sqlite3.Connection, reservation_id: str, reserved_ms: int,
 def _fire_thresholds(db: sqlite3.Connection, charges: list[dict[str, Any]], values: list[tuple[str, int]], now: str) -> tuple[tuple[str, int], ...]:
     """Record each budget threshold the counters' values reached, once per counter instance;
     the ones recorded now (for the first time) are the crossings to report."""
-    by_key: dict[str, dict[str, Any]] = {}
-    for charge in charges:
-        by_key.setdefault(charge["key"], charge)
-    reached = list(dict.fromkeys((key, threshold) for key, value in values for threshold in reached_thresholds(by_key[key], value)))
+    reached = thresholds_reached(charges, values)
     if not reached:
         return ()
     keys = list(dict.fromkeys(key for key, _ in reached))
