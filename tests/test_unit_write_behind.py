@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import random
 import sqlite3
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Reservation
 from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
-from portcullis.adapters.store.sqlite_write_behind import FOLLOW_SECONDS, WriteBehindLedger, journal_path, lock_path
+from portcullis.adapters.store.sqlite_write_behind import FOLLOW_SECONDS, WriteBehindLedger, journal_path, lock_path, open_embedded_ledger, recover
 from portcullis.engine.governance import Bound, CounterLimit, Limits, charges
 
 START = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -291,5 +292,76 @@ def test_expired_counters_leave_memory_and_the_file(tmp_path: Path, monkeypatch:
         assert await ledger.counter(today) == 1_000
         await ledger.close()
         await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_journal_a_crash_left_is_applied_by_whoever_opens_the_store_next(tmp_path: Path) -> None:
+    """Restarted with several workers (writing through), or a CLI command first: the
+    crashed gateway's journaled reservations reach the file all the same."""
+    path = tmp_path / "state.db"
+    script = CRASHING.format(root=str(Path(__file__).resolve().parent.parent), path=str(path))
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+    async def main() -> None:
+        store = SqliteKeyStore.open(path)
+        ledger = open_embedded_ledger(store.connection, path, write_behind=False)
+        assert isinstance(ledger, SqliteLedger)
+        assert len(await ledger.unresolved(dt.datetime.now(dt.UTC) + dt.timedelta(days=1))) == 5
+        await ledger.close()
+        await store.close()
+
+    asyncio.run(main())
+    assert journal_path(path).stat().st_size == 0
+
+
+def test_a_torn_last_line_is_left_out_and_damage_before_it_stops_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    good = reservation("t", 1, START, 1_000)
+    *row, created = good.open_row()
+    entry = {"seq": 1, "op": "reserve", "row": [*row, created.isoformat()], "slides": [], "counters": [], "windows": []}
+    journal_path(path).write_bytes(json.dumps(entry).encode() + b'\n{"seq": 2, "op": "res')  # died inside its write
+    store = SqliteKeyStore.open(path)
+    assert recover(store.connection, journal_path(path)) == 1
+    assert [row[0] for row in store.connection.execute("SELECT id FROM reservations")] == [good.id]
+    journal_path(path).write_bytes(b'{"seq": 2, "op": "res\n' + json.dumps({**entry, "seq": 3}).encode() + b"\n")
+    with pytest.raises(ValueError, match="damaged at line 1"):
+        recover(store.connection, journal_path(path))
+    asyncio.run(store.close())
+
+
+def test_a_file_that_cannot_be_written_fails_steps_closed_and_catches_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process holds the file's write lock: the flush fails, and reservations are
+    refused (never judged on memory the file may not get) until the file takes everything."""
+    from portcullis.adapters.store import sqlite_write_behind
+
+    monkeypatch.setattr(sqlite_write_behind, "_EXPIRE_EVERY", 2)
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        clock = Clock()
+        store = SqliteKeyStore.open(path)
+        store.connection.execute("PRAGMA busy_timeout=0")
+        ledger = WriteBehindLedger.open(store.connection, path, clock)
+        assert ledger is not None
+        first = reservation("t", 0, clock(), 1_000)
+        await ledger.reserve(first)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        clock.now += dt.timedelta(days=3)
+        await ledger.settle(first.id, first.charge_records(), final(first, "settled", 700))  # its flush fails: waits
+        with pytest.raises(StoreUnavailable):
+            await ledger.reserve(reservation("t", 1, clock(), 1_000))  # the sweep's turn too, but first the file
+        other.execute("ROLLBACK")
+        other.close()
+        await asyncio.sleep(2 * FOLLOW_SECONDS)
+        assert (await ledger.reserve(reservation("t", 2, clock(), 1_000))).blocked is None
+        old_day, today = f"team:t|cost|d{START:%Y-%m-%d}", f"team:t|cost|d{clock():%Y-%m-%d}"
+        assert await ledger.counter(today) == 1_000
+        await ledger.close()
+        await store.close()
+        values = {key: value for key, value, _, _ in file_rows(path)["counters"]}
+        assert values[today] == 1_000 and old_day not in values  # swept once the file could be written
+        assert [row[0] for row in file_rows(path)["reservations"]] == [first.id, "req_t_0002"]
 
     asyncio.run(main())

@@ -108,12 +108,15 @@ async def open_store(config: StoreConfig, max_failures: int, window: int, migrat
     from portcullis.adapters.store.limiter import MemoryFailureCounter, RedisFailureCounter
 
     if config.kind == "embedded":
-        from portcullis.adapters.store.sqlite import SqliteKeyStore, SqliteLedger
-        from portcullis.adapters.store.sqlite_write_behind import WriteBehindLedger, lock_path
+        from portcullis.adapters.store.sqlite import SqliteKeyStore
+        from portcullis.adapters.store.sqlite_write_behind import open_embedded_ledger
 
         sqlite = SqliteKeyStore.open(config.path, config.durability)
-        behind = WriteBehindLedger.open(sqlite.connection, config.path) if sole_gateway and config.durability == "process" else None
-        ledger = behind or SqliteLedger(sqlite.connection, lock=lock_path(config.path))
+        try:
+            ledger = open_embedded_ledger(sqlite.connection, config.path, write_behind=sole_gateway and config.durability == "process")
+        except BaseException:
+            await sqlite.close()
+            raise
         return Store(sqlite, MemoryFailureCounter(max_failures, window), ledger, MemoryCapacity())
     from portcullis.adapters.store.connections import redis_client
     from portcullis.adapters.store.postgres import PostgresKeyStore

@@ -11,9 +11,9 @@ again after a crash between a flush and the emptying apply nothing twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,15 @@ class LedgerJournal:
         64-bit integers, lists and None, which it writes as the standard library does."""
         line = orjson.dumps(entry) + b"\n"
         view = memoryview(line)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError:
+            # Cut back what a short write left: the next entry must start a line of its own.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            raise
         self._size += len(line)
         self._next += 1
 
@@ -58,16 +64,24 @@ class LedgerJournal:
         os.close(self._fd)
 
 
-def entries_after(path: Path, applied_seq: int) -> Iterator[dict[str, Any]]:
+def entries_after(path: Path, applied_seq: int) -> list[dict[str, Any]]:
     """The journal's entries not yet applied, in order. A last line cut short (the
-    gateway died inside its ``write``) was never answered: it is left out."""
+    gateway died inside its ``write``) was never answered: it is left out. Any other
+    line that does not read is damage, and stops the start (ValueError) rather than
+    lose what follows it."""
     if not path.exists():
-        return
-    with path.open("rb") as lines:
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry["seq"] > applied_seq:
-                yield entry
+        return []
+    lines = path.read_bytes().split(b"\n")
+    entries = []
+    for number, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            if number == len(lines):  # no newline after it: the write it belonged to never finished
+                break
+            raise ValueError(f"the ledger journal {path} is damaged at line {number}; the file has every step before it") from None
+        if entry["seq"] > applied_seq:
+            entries.append(entry)
+    return entries

@@ -235,17 +235,19 @@ class LedgerMemory:
         }
         return Outcome(final.state, thresholds=crossings), entry
 
-    def expire(self, now: str, seq: int) -> Entry:
-        """Forget counters whose instance has expired, with their windows and fired
-        thresholds, as the file's sweep deletes them; flush the entry before the next
-        step (a forgotten counter is read from the file again)."""
+    def expiry(self, now: str, seq: int) -> Entry:
+        """The entry that sweeps counters expired by ``now`` (and their windows) out of the file."""
+        return {"seq": seq, "op": "expire", "before": now}
+
+    def forget_expired(self, now: str) -> None:
+        """Forget what the sweep took out of the file: counters expired by ``now``, their
+        windows and fired thresholds (read from the file again, should they come back)."""
         gone = [key for key, counter in self._counters.items() if counter is None or counter[1] < now]
         for key in gone:
             del self._counters[key]
             self._fired.pop(key, None)
         for key in [key for key in self._windows if key not in self._counters]:
             del self._windows[key]
-        return {"seq": seq, "op": "expire", "before": now}
 
     def _fire(self, charges: list[dict[str, Any]], values: list[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
         reached = thresholds_reached(charges, values)

@@ -17,10 +17,12 @@ Any commit of another connection moves SQLite's ``data_version``; a read or rese
 here sees it (within ``FOLLOW_SECONDS``), flushes, and reads the counters again; the
 file takes changes by amounts, so neither side's is lost. Not a second gateway: this
 one holds ``<path>.ledger-lock`` exclusively, and a write-through gateway holds it
-shared before it reserves (``sqlite_ledger``), so the two exclude each other; a gateway
-that finds the lock taken writes through instead.
+shared before it reserves (``sqlite_ledger``), so the two exclude each other: a gateway
+that finds the lock taken writes through, and its reservations are refused (503) while
+the other serves.
 
-After a crash, ``open`` applies the journal's entries the file lacks before serving.
+After a crash, the first process to open the store with the lock free (a gateway of
+either kind, or a CLI command) applies the journal's entries the file lacks.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from portcullis.adapters.store import StoreUnavailable
 from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql
 from portcullis.adapters.store.ledger_journal import LedgerJournal, entries_after
 from portcullis.adapters.store.ledger_memory import Entry, LedgerMemory
-from portcullis.adapters.store.sqlite_ledger import unresolved_rows
+from portcullis.adapters.store.sqlite_ledger import SqliteLedger, unresolved_rows
 from portcullis.engine.governance import Verdict
 
 log = logging.getLogger("portcullis.ledger")
@@ -61,10 +63,34 @@ def journal_path(path: Path) -> Path:
     return path.with_name(path.name + ".ledger-journal")
 
 
-class WriteBehindLedger:
-    """The ``Ledger``: ``open`` it, or None when another gateway holds the file's ledger."""
+def open_embedded_ledger(connection: sqlite3.Connection, path: Path, write_behind: bool) -> WriteBehindLedger | SqliteLedger:
+    """The embedded store's ledger. Whoever finds the file's ledger free (no gateway
+    holds its lock) first applies a journal a crashed gateway left, whatever it opens
+    next: a gateway writing behind, or a CLI or several workers writing through. With
+    ``write_behind`` and the lock free, the ledger is kept in memory; otherwise written
+    through (where a gateway writing behind holds the lock, a reservation is refused)."""
+    lock_fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a gateway serves the file: its journal is its own
+        os.close(lock_fd)
+        return SqliteLedger(connection, lock=lock_path(path))
+    try:
+        recover(connection, journal_path(path))
+        if write_behind:
+            return WriteBehindLedger(connection, path, lock_fd)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    os.close(lock_fd)
+    return SqliteLedger(connection, lock=lock_path(path))
 
-    def __init__(self, connection: sqlite3.Connection, path: Path, lock_fd: int, clock: Callable[[], dt.datetime]) -> None:
+
+class WriteBehindLedger:
+    """The ``Ledger`` kept in memory: ``open`` it (None when another process holds the
+    file's ledger), or ``open_embedded_ledger``."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path, lock_fd: int, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
         self._db = connection  # the key store's
         self._clock = clock
         self._lock_fd = lock_fd
@@ -87,8 +113,12 @@ class WriteBehindLedger:
         except BlockingIOError:
             os.close(lock_fd)
             return None
-        recover(connection, journal_path(path))
-        return cls(connection, path, lock_fd, clock)
+        try:
+            recover(connection, journal_path(path))
+            return cls(connection, path, lock_fd, clock)
+        except BaseException:
+            os.close(lock_fd)
+            raise
 
     async def reserve(self, reservation: Reservation, fail_open: bool = False) -> Verdict:
         self._follow_other_writers()
@@ -97,15 +127,14 @@ class WriteBehindLedger:
             self._record(entry)
         if verdict.blocked is None:
             self._in_flight += 1
-            self._since_expiry += 1
-            if self._since_expiry >= _EXPIRE_EVERY:
-                self._since_expiry = 0
-                self._record(self._memory.expire(self._clock().isoformat(), self._journal.next_seq()))
-                self._flush_quietly()  # at once: what memory forgot must be gone from the file too
+        self._since_expiry += 1  # every reservation, as the write-through ledger counts them
+        if self._since_expiry >= _EXPIRE_EVERY:
+            self._expire()
         return verdict
 
     async def settle(self, reservation_id: str, charges: list[dict[str, Any]], final: Final) -> Outcome:
         self._in_flight = max(0, self._in_flight - 1)
+        self._follow_other_writers()  # a reconcile elsewhere may have taken this reservation over
         outcome, entry = self._memory.settle(reservation_id, charges, final, self._clock().isoformat(), self._journal.next_seq())
         if entry is not None:
             self._record(entry)
@@ -126,12 +155,13 @@ class WriteBehindLedger:
         return {key: counter[2] for key, counter in self._memory.values(keys).items()}
 
     async def close(self) -> None:
-        if self._flush_at is not None:
-            self._flush_at.cancel()
         try:
             self.flush()
         except StoreUnavailable:
             log.error("the embedded ledger stopped with %d steps not in its file yet; its journal keeps them for the next start", len(self._waiting))
+        if self._flush_at is not None:  # a retry the failed flush scheduled
+            self._flush_at.cancel()
+            self._flush_at = None
         self._journal.close(empty=not self._waiting)
         os.close(self._lock_fd)  # releases the lock
 
@@ -153,6 +183,7 @@ class WriteBehindLedger:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             log.warning("the embedded ledger could not write %d steps to its file (%s); they wait in its journal", len(batch), error)
+            self._version = -1  # until they are in, every step first tries again (and fails closed)
             self._retry()
             raise StoreUnavailable("the ledger file cannot be written") from None
         self._waiting = []
@@ -178,18 +209,35 @@ class WriteBehindLedger:
 
     def _schedule(self) -> None:
         if self._flush_at is None:
-            self._flush_at = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._flush_quietly)
+            self._flush_at = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._flush_at = None
+        self._flush_quietly()
 
     def _flush_quietly(self) -> None:
-        self._flush_at = None
-        with contextlib.suppress(StoreUnavailable):  # said in the log; retried
+        with contextlib.suppress(StoreUnavailable):  # said in the log; retried by its timer
             self.flush()
 
     def _retry(self) -> None:
         try:
-            self._flush_at = asyncio.get_running_loop().call_later(_RETRY_SECONDS, self._flush_quietly)
+            self._flush_at = asyncio.get_running_loop().call_later(_RETRY_SECONDS, self._on_timer)
         except RuntimeError:
             self._flush_at = None  # no loop (closing): the journal keeps them
+
+    def _expire(self) -> None:
+        """Sweep expired counters out of memory and the file together: the sweep's entry
+        is flushed at once, and memory forgets only once the file has it (else memory
+        would read the swept rows again). Not now if the journal or the file cannot
+        take it: the next reservation tries again."""
+        now = self._clock().isoformat()
+        try:
+            self._record(self._memory.expiry(now, self._journal.next_seq()))
+            self.flush()
+        except StoreUnavailable:
+            return
+        self._since_expiry = 0
+        self._memory.forget_expired(now)
 
     def _follow_other_writers(self) -> None:
         """Another connection changed the file (its data_version moved: this connection's
@@ -208,9 +256,10 @@ class WriteBehindLedger:
 
 def recover(db: sqlite3.Connection, journal: Path) -> int:
     """Apply the journal's entries the file lacks (the gateway stopped before flushing
-    them), in one transaction; how many."""
+    them), in one transaction, then empty it; how many. Only with the lock held
+    exclusively: a running gateway's journal is its own."""
     applied = _applied(db)
-    entries = list(entries_after(journal, applied))
+    entries = entries_after(journal, applied)
     if entries:
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -221,6 +270,8 @@ def recover(db: sqlite3.Connection, journal: Path) -> int:
             raise
         db.execute("COMMIT")
         log.warning("the embedded ledger recovered %d journaled steps its file did not have yet", len(entries))
+    if journal.exists():
+        os.truncate(journal, 0)  # all in the file: what comes next starts a clean journal
     return len(entries)
 
 
