@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -34,6 +35,7 @@ from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, wind
 _INSERT_RESERVATION = insert_reservation_sql("?")
 _SETTLE = "UPDATE reservations SET state = ?, tokens = ?, cost_micro_usd = ?, usage = ?, served = ?, resolved_at = ? WHERE id = ?"
 _CLEANUP_EVERY = 1000  # reservations between two sweeps of expired counters
+_LOCK_TRIES, _LOCK_PAUSE_SECONDS = 20, 0.005
 
 
 class SqliteLedger:
@@ -88,14 +90,18 @@ class SqliteLedger:
 
     def _hold_lock(self, path: Path) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreUnavailable(
-                "another gateway serves this embedded store with workers: 1 and keeps its ledger in memory; give each gateway its own store.path"
-            ) from None
-        self._lock_fd = fd
+        for _ in range(_LOCK_TRIES):  # a process opening the store holds it a moment to apply a crashed gateway's journal
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(_LOCK_PAUSE_SECONDS)
+                continue
+            self._lock_fd = fd
+            return
+        os.close(fd)
+        raise StoreUnavailable(
+            "another gateway serves this embedded store with workers: 1 and keeps its ledger in memory; give each gateway its own store.path"
+        )
 
     def _cleanup(self) -> None:
         self._since_cleanup += 1
