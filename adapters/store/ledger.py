@@ -153,3 +153,8 @@ def thresholds_reached(charges: list[dict[str, Any]], values: list[tuple[str, in
     for charge in charges:
         by_key.setdefault(charge["key"], charge)
     return list(dict.fromkeys((key, threshold) for key, value in values for threshold in reached_thresholds(by_key[key], value)))
+
+
+def epoch_ms(when: dt.datetime) -> int:
+    """A reservation's time as rate windows key their entries: milliseconds since the epoch."""
+    return int(when.timestamp() * 1000)

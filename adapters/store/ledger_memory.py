@@ -22,8 +22,8 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from portcullis.adapters.json_bytes import compact
-from portcullis.adapters.store.ledger import Final, Outcome, Reservation, settle_deltas, thresholds_reached
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, epoch_ms, settle_deltas, thresholds_reached
+from portcullis.adapters.store.sqlite_ledger import json_text, marks
 from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, window_wait_ms, windowed
 
 Entry = dict[str, Any]
@@ -123,7 +123,7 @@ class LedgerMemory:
         missing = [key for key in dict.fromkeys(keys) if key not in self._counters]
         if not missing:
             return
-        rows = self._db.execute(f"SELECT key, value, expires_at, peak FROM counters WHERE key IN ({_marks(len(missing))})", missing).fetchall()
+        rows = self._db.execute(f"SELECT key, value, expires_at, peak FROM counters WHERE key IN ({marks(len(missing))})", missing).fetchall()
         found = {key: [value, expires_at, peak] for key, value, expires_at, peak in rows}
         for key in missing:
             self._counters[key] = found.get(key)
@@ -142,7 +142,7 @@ class LedgerMemory:
         row = self._db.execute("SELECT state, created_at FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
         if row is None:
             return None
-        return row[0], _ms(dt.datetime.fromisoformat(row[1]))
+        return row[0], epoch_ms(dt.datetime.fromisoformat(row[1]))
 
     # --- deciding ----------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ class LedgerMemory:
         """``sqlite_ledger._reserve``'s verdict, and the entry that records it (None when
         nothing changed). ``seq`` numbers the entry."""
         charges = reservation.charges
-        now_ms = _ms(reservation.created_at)
+        now_ms = epoch_ms(reservation.created_at)
         keys = list(dict.fromkeys(charge.key for charge in charges))
         self._load(keys)
         cutoff = now_ms - WINDOW_MS
@@ -227,7 +227,7 @@ class LedgerMemory:
             "op": "settle",
             "id": reservation_id,
             "from": list(allowed),
-            "final": [final.state, final.tokens, final.cost_micro_usd, _json(final.usage), _json(final.served), now],
+            "final": [final.state, final.tokens, final.cost_micro_usd, json_text(final.usage), json_text(final.served), now],
             "counters": [[key, moving[key]] for key, _ in after],
             "windows": windows,
             "thresholds": [[key, threshold, now] for key, threshold in crossings],
@@ -257,7 +257,7 @@ class LedgerMemory:
         if unread:
             for key in unread:
                 self._fired[key] = set()
-            for key, threshold in self._db.execute(f"SELECT counter, threshold FROM threshold_events WHERE counter IN ({_marks(len(unread))})", unread):
+            for key, threshold in self._db.execute(f"SELECT counter, threshold FROM threshold_events WHERE counter IN ({marks(len(unread))})", unread):
                 self._fired[key].add(threshold)
         crossings = tuple((key, threshold) for key, threshold in reached if threshold not in self._fired[key])
         for key, threshold in crossings:
@@ -265,19 +265,7 @@ class LedgerMemory:
         return crossings
 
 
-def _marks(count: int) -> str:
-    return ",".join("?" * count)
-
-
 @lru_cache(maxsize=256)
 def _iso(when: dt.datetime) -> str:
     """A period's end, spelled once: every reservation of the period charges it."""
     return when.isoformat()
-
-
-def _ms(when: dt.datetime) -> int:
-    return int(when.timestamp() * 1000)
-
-
-def _json(value: Any) -> str | None:
-    return compact(value).decode() if value is not None else None

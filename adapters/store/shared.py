@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from portcullis.adapters.store import StoreUnavailable
-from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, epoch_ms, insert_reservation_sql, settle_deltas
 from portcullis.adapters.store.redis_scripts import LOAD_WINDOW, RESERVE, SETTLE
 from portcullis.engine.governance import COST, REQUESTS, TOKENS, WINDOW, WINDOW_MS, Verdict, instance_expiry, period_range, reached_thresholds, windowed
 
@@ -86,7 +86,7 @@ class SharedLedger:
             limit = charge.limit
             block, warn = -1 if limit.block is None else limit.block, -1 if limit.warn is None else limit.warn
             args += [charge.amount, block, 1 if limit.hard else 0, warn, 1 if windowed(limit.period) else 0]
-        args += [_ms(reservation.created_at), reservation.id]
+        args += [epoch_ms(reservation.created_at), reservation.id]
         result: list[Any] = [b"ok"]
         try:
             for _ in range(3):
@@ -256,7 +256,7 @@ class SharedLedger:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {type(error).__name__}") from None
         entries: list[Any] = []
         for reservation_id, created_at, tokens in rows:
-            entries += [reservation_id, _ms(created_at), 1 if metric == REQUESTS else tokens]
+            entries += [reservation_id, epoch_ms(created_at), 1 if metric == REQUESTS else tokens]
         await self._load_window_script(keys=[self._key(charge.key)], args=[3 * WINDOW_MS, *entries])
 
     async def _record(self, reservation: Reservation) -> None:
@@ -325,10 +325,6 @@ def _settle_args(reservation_id: str, deltas: dict[str, int]) -> list[Any]:
     for key, delta in deltas.items():
         args += [delta, 1 if key.endswith(f"|{WINDOW}") else 0]
     return args
-
-
-def _ms(when: dt.datetime) -> int:
-    return int(when.timestamp() * 1000)
 
 
 def _json(value: Any) -> str | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.store import StoreUnavailable
-from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, insert_reservation_sql, settle_deltas, thresholds_reached
+from portcullis.adapters.store.ledger import Final, Outcome, Reservation, Unresolved, epoch_ms, insert_reservation_sql, settle_deltas, thresholds_reached
 from portcullis.adapters.store.sqlite_batch import GroupCommit
 from portcullis.engine.governance import WINDOW, WINDOW_MS, Verdict, judge, window_wait_ms, windowed
 
@@ -80,7 +80,7 @@ class SqliteLedger:
     async def peaks(self, keys: list[str]) -> dict[str, int]:
         if not keys:
             return {}
-        return dict(self._db.execute(f"SELECT key, peak FROM counters WHERE key IN ({_marks(len(keys))})", keys).fetchall())
+        return dict(self._db.execute(f"SELECT key, peak FROM counters WHERE key IN ({marks(len(keys))})", keys).fetchall())
 
     async def close(self) -> None:
         if self._lock_fd is not None:
@@ -145,10 +145,10 @@ def _reserve(db: sqlite3.Connection, reservation: Reservation) -> Verdict:
     """Judge the charges on the counters' values and, if admitted, add them and record the
     reservation; a refused reservation changes nothing but the windows' slide."""
     charges = reservation.charges
-    now_ms = _ms(reservation.created_at)
+    now_ms = epoch_ms(reservation.created_at)
     keys = list(dict.fromkeys(charge.key for charge in charges))
     gone = _slide(db, [charge.key for charge in charges if windowed(charge.limit.period)], now_ms)
-    stored = dict(db.execute(f"SELECT key, value FROM counters WHERE key IN ({_marks(len(keys))})", keys).fetchall()) if keys else {}
+    stored = dict(db.execute(f"SELECT key, value FROM counters WHERE key IN ({marks(len(keys))})", keys).fetchall()) if keys else {}
     current = {key: value - gone.get(key, 0) for key, value in stored.items()}
     verdict = judge(charges, current)
     if verdict.blocked is not None:
@@ -187,7 +187,7 @@ def _slide(db: sqlite3.Connection, windows: list[str], now_ms: int) -> dict[str,
     its total. Read first: most of the time nothing has left, and a read is cheap."""
     if not windows:
         return {}
-    where = f"counter IN ({_marks(len(windows))}) AND at_ms <= ?"
+    where = f"counter IN ({marks(len(windows))}) AND at_ms <= ?"
     arguments = (*windows, now_ms - WINDOW_MS)
     gone: dict[str, int] = {}
     for key, amount in db.execute(f"SELECT counter, amount FROM window_entries WHERE {where}", arguments).fetchall():
@@ -201,7 +201,7 @@ def _settle(db: sqlite3.Connection, reservation_id: str, charges: list[dict[str,
     """Replace the reservation's charges with the final amounts, once: a reservation no
     longer in a state this settlement may leave is a replay and changes nothing."""
     now = clock().isoformat()
-    record = (final.state, final.tokens, final.cost_micro_usd, _json(final.usage), _json(final.served), now, reservation_id)
+    record = (final.state, final.tokens, final.cost_micro_usd, json_text(final.usage), json_text(final.served), now, reservation_id)
     if final.state == "reconciled":
         row = db.execute("SELECT state, created_at FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
         if row is None or row[0] not in ("open", "pending"):
@@ -216,7 +216,7 @@ def _settle(db: sqlite3.Connection, reservation_id: str, charges: list[dict[str,
             return Outcome(row[0] if row else "unknown", replayed=True)
         previous, [(created_at,)] = "open", settled
     # A window's entries are keyed by the time the reservation was made, as _reserve wrote them.
-    reserved_ms = _ms(dt.datetime.fromisoformat(created_at))
+    reserved_ms = epoch_ms(dt.datetime.fromisoformat(created_at))
     moving = _window_moves(db, reservation_id, reserved_ms, settle_deltas(charges, final.amounts))
     after: dict[str, int] = {}
     if moving:
@@ -224,7 +224,7 @@ def _settle(db: sqlite3.Connection, reservation_id: str, charges: list[dict[str,
             "UPDATE counters SET value = value + ?, peak = max(peak, value + ?) WHERE key = ?", [(delta, delta, key) for key, delta in moving.items()]
         )
         keys = list(moving)
-        after = dict(db.execute(f"SELECT key, value FROM counters WHERE key IN ({_marks(len(keys))})", keys).fetchall())
+        after = dict(db.execute(f"SELECT key, value FROM counters WHERE key IN ({marks(len(keys))})", keys).fetchall())
     crossings = _fire_thresholds(db, charges, [(key, after[key]) for key in moving if key in after], now)  # a missing counter: its period is long over
     if final.state == "reconciled":
         db.execute(
@@ -247,7 +247,7 @@ def _window_moves(db: sqlite3.Connection, reservation_id: str, reserved_ms: int,
         kept = {
             key
             for (key,) in db.execute(
-                f"SELECT counter FROM window_entries WHERE at_ms = ? AND reservation_id = ? AND counter IN ({_marks(len(windows))})",
+                f"SELECT counter FROM window_entries WHERE at_ms = ? AND reservation_id = ? AND counter IN ({marks(len(windows))})",
                 (reserved_ms, reservation_id, *windows),
             )
         }
@@ -262,25 +262,22 @@ def _fire_thresholds(db: sqlite3.Connection, charges: list[dict[str, Any]], valu
     if not reached:
         return ()
     keys = list(dict.fromkeys(key for key, _ in reached))
-    fired = set(db.execute(f"SELECT counter, threshold FROM threshold_events WHERE counter IN ({_marks(len(keys))})", keys).fetchall())
+    fired = set(db.execute(f"SELECT counter, threshold FROM threshold_events WHERE counter IN ({marks(len(keys))})", keys).fetchall())
     crossings = tuple(item for item in reached if item not in fired)
     if crossings:
         db.executemany("INSERT INTO threshold_events (counter, threshold, fired_at) VALUES (?, ?, ?)", [(key, threshold, now) for key, threshold in crossings])
     return crossings
 
 
-def _marks(count: int) -> str:
+def marks(count: int) -> str:
+    """``count`` SQLite placeholders, for an ``IN (…)`` list."""
     return ",".join("?" * count)
 
 
 def _rows(count: int, width: int) -> str:
-    row = f"({_marks(width)})"
+    row = f"({marks(width)})"
     return ",".join([row] * count)
 
 
-def _ms(when: dt.datetime) -> int:
-    return int(when.timestamp() * 1000)
-
-
-def _json(value: Any) -> str | None:
+def json_text(value: Any) -> str | None:
     return compact(value).decode() if value is not None else None
