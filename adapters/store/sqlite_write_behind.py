@@ -64,26 +64,36 @@ def journal_path(path: Path) -> Path:
 
 
 def open_embedded_ledger(connection: sqlite3.Connection, path: Path, write_behind: bool) -> WriteBehindLedger | SqliteLedger:
-    """The embedded store's ledger. Whoever finds the file's ledger free (no gateway
-    holds its lock) first applies a journal a crashed gateway left, whatever it opens
-    next: a gateway writing behind, or a CLI or several workers writing through. With
-    ``write_behind`` and the lock free, the ledger is kept in memory; otherwise written
-    through (where a gateway writing behind holds the lock, a reservation is refused)."""
+    """The embedded store's ledger: with ``write_behind`` and the file's ledger free,
+    kept in memory; otherwise written through (where a gateway writing behind holds the
+    lock, a reservation is refused). Whoever finds the ledger free first applies a
+    journal a crashed gateway left, whatever it opens next."""
+    if write_behind:
+        behind = WriteBehindLedger.open(connection, path)
+        if behind is not None:
+            return behind
+    else:
+        lock_fd = _claim(connection, path)
+        if lock_fd is not None:
+            os.close(lock_fd)
+    return SqliteLedger(connection, lock=lock_path(path))
+
+
+def _claim(connection: sqlite3.Connection, path: Path) -> int | None:
+    """The file's ledger lock, held exclusively, once a journal a crashed gateway left is
+    in the file; None when a gateway serves the file (its journal is its own)."""
     lock_fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:  # a gateway serves the file: its journal is its own
+    except BlockingIOError:
         os.close(lock_fd)
-        return SqliteLedger(connection, lock=lock_path(path))
+        return None
     try:
         recover(connection, journal_path(path))
-        if write_behind:
-            return WriteBehindLedger(connection, path, lock_fd)
     except BaseException:
         os.close(lock_fd)
         raise
-    os.close(lock_fd)
-    return SqliteLedger(connection, lock=lock_path(path))
+    return lock_fd
 
 
 class WriteBehindLedger:
@@ -107,14 +117,10 @@ class WriteBehindLedger:
 
     @classmethod
     def open(cls, connection: sqlite3.Connection, path: Path, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> WriteBehindLedger | None:
-        lock_fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
+        lock_fd = _claim(connection, path)
+        if lock_fd is None:
             return None
         try:
-            recover(connection, journal_path(path))
             return cls(connection, path, lock_fd, clock)
         except BaseException:
             os.close(lock_fd)
