@@ -1,5 +1,5 @@
-"""Assembly: configuration, bundle, store, providers and audit log wired into one
-Starlette application, served by uvicorn."""
+"""The Starlette application over a ``Runtime`` (``runtime.py``), and serving it with
+uvicorn until a signal stops it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import logging
 import signal
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -19,48 +18,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from portcullis.adapters import offload
-from portcullis.adapters.audit_log import AuditLog
-from portcullis.adapters.auth import Authenticator
-from portcullis.adapters.aws_credentials import configured_seal
-from portcullis.adapters.breakers import BreakerFacts, Breakers
-from portcullis.adapters.budget_facts import BudgetFacts
-from portcullis.adapters.bundles import BundleManager, load_bundle
-from portcullis.adapters.cache_domain import CacheDomainPin
-from portcullis.adapters.config import Config, ConfigError, PiiConfig
-from portcullis.adapters.count_limit import count_limit
-from portcullis.adapters.dispatch import Dispatcher
+from portcullis.adapters.config import Config
 from portcullis.adapters.error_responses import error_response, generic_error_body
-from portcullis.adapters.executor import Executor
-from portcullis.adapters.governance import Governance
-from portcullis.adapters.heap import freeze_startup_heap
 from portcullis.adapters.http_edge import RequestIds, family_of, protocol_error, request_id_for, route_error
 from portcullis.adapters.http_timeouts import header_deadline_protocol
 from portcullis.adapters.ingress import client_address
-from portcullis.adapters.integrity.guard import PromptIntegrity
-from portcullis.adapters.integrity.webhook import Webhook
-from portcullis.adapters.intent.classifier import IntentClassifier
-from portcullis.adapters.intent.features import FeatureSource
-from portcullis.adapters.intent.routers import BundleRouters
-from portcullis.adapters.intent.session_pin import SessionPin
 from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
 from portcullis.adapters.operations import Operation
-from portcullis.adapters.pii.classifier import ClassifierDetector
-from portcullis.adapters.pii.detectors import Detector
-from portcullis.adapters.pii.guard import PiiGuard, VaultSettings
-from portcullis.adapters.pii.vault import MemoryVault, RedisVault, Vault, vault_key
-from portcullis.adapters.pipeline import Clock, FactSource, utc_now
 from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
 from portcullis.adapters.protocols.registry import protocol
-from portcullis.adapters.providers import Provider, build_provider
-from portcullis.adapters.providers.keys import KeyPool
-from portcullis.adapters.store import Store, open_store
-from portcullis.adapters.store import hosted as shared_state
+from portcullis.adapters.runtime import Runtime, build_runtime
 from portcullis.adapters.store.state_host import READY
+from portcullis.adapters.telemetry.prometheus import CONTENT_TYPE as PROMETHEUS_TEXT
 from portcullis.engine.errors import ErrorKind, GatewayError, excerpt
 
 if TYPE_CHECKING:
-    from portcullis.adapters.store.state_host import StateClient
     from portcullis.adapters.worker import WorkerLink
 
 log = logging.getLogger("portcullis")
@@ -73,122 +45,6 @@ BEDROCK_OPERATIONS = {
     "invoke": "bedrock_invoke",
     "invoke-with-response-stream": "bedrock_invoke",
 }
-
-
-@dataclass
-class Runtime:
-    config: Config
-    bundles: BundleManager
-    store: Store
-    providers: dict[str, Provider]
-    audit: AuditLog
-    gateway: Executor
-    authenticator: Authenticator
-    pii: PiiGuard
-    integrity: PromptIntegrity
-
-    async def close(self) -> None:
-        """Release everything; one part failing to close does not keep the others open.
-        The audit log closes last, so what closing the others records still reaches it."""
-        closers: list[tuple[str, Any]] = [
-            ("the PII guard", self.pii.close),
-            ("prompt integrity", self.integrity.close),
-            *((f"provider {name}", provider.close) for name, provider in self.providers.items()),
-            ("the store", self.store.close),
-            ("the audit log", self.audit.close),
-        ]
-        for name, close in closers:
-            try:
-                result = close()
-                if asyncio.iscoroutine(result):
-                    await result
-            except Exception as error:  # keep closing the rest
-                log.error("closing %s failed: %s: %s", name, type(error).__name__, error)
-
-
-async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateClient | None = None) -> Runtime:
-    """Everything the gateway needs, checked before it accepts a connection: a bad
-    bundle, a missing secret or an unreachable store stops start-up with a clear error.
-    ``clock`` is the one every part reads: prices, periods and bundle validity agree.
-    ``hosted``: a worker's channel to the in-memory state its supervisor hosts (embedded
-    store, ``workers`` > 1), used instead of this process's own counters and vault."""
-    offload.configure(config.request_limits.offload_bytes)
-    # Built first, so a provider's missing credentials stop start-up before the bundle is
-    # read; a pool of pods reads the active bundle's endpoint policy on each request.
-    providers = {name: build_provider(provider, lambda: bundles.active.endpoints) for name, provider in config.providers.items()}
-    active = load_bundle(config, config.provider_regions(), clock().date())
-    bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
-    seal = configured_seal(config.aws_credentials)  # a missing or malformed seal key stops start-up here
-    sole_gateway = config.workers == 1 and hosted is None  # several workers judge the file's counters together
-    store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window, sole_gateway=sole_gateway)
-    if hosted is not None:
-        store = shared_state.shared_store(store, hosted)
-    try:
-        pools = {name: KeyPool(provider, store.capacity) for name, provider in config.providers.items()}  # reads the secrets
-        audit = AuditLog(config.audit_path)
-    except BaseException:
-        await store.close()
-        raise
-    authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
-    breakers = Breakers(store.breakers, audit)
-    pooled = [name for name, provider in config.providers.items() if provider.pool is not None]
-    dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled, breakers)
-    governance = Governance(store.ledger, providers, audit, clock)
-    classifier = ClassifierDetector(dispatcher, governance)
-    vault = shared_state.shared_vault(hosted) if hosted is not None else None
-    pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier}, vault)
-    settings = config.integrity
-    webhook = Webhook(settings.webhook_url, settings.webhook_timeout_seconds) if settings.webhook_url else None
-    hops = frozenset(name for name, provider in config.providers.items() if provider.gateway_hop)
-    integrity = PromptIntegrity(settings.spotlight_key(), settings.scan_cache_entries, webhook, settings.hop_key(), hops)
-    # Filters run first, PII before integrity (the scanner reads what will be sent; the
-    # operator's prompt is not the client's data); governance then sizes and reserves
-    # exactly what goes upstream. Answer guards run in the same order. A token count's
-    # own limit comes before them all: a refused count costs no detection work.
-    windows = shared_state.shared_count_windows(hosted) if hosted is not None else None
-    counts = count_limit(store, config.store.redis_prefix, config.count_tokens_per_minute, windows)
-    # The cache-domain pin orders the targets before any step sizes or narrows them.
-    steps = [counts, CacheDomainPin(store.sessions), pii, integrity, governance]
-    # What the routing layers decide from, gathered before the policy decides (input.facts).
-    routers = BundleRouters()
-    # In this order: the classifier reads the features and the session's pin; the breakers are the targets' own.
-    facts: tuple[FactSource, ...] = (
-        FeatureSource(routers),
-        SessionPin(store.sessions, routers),
-        IntentClassifier(dispatcher, governance, routers),
-        BudgetFacts(store.ledger, clock),
-        BreakerFacts(breakers),
-    )
-    gateway = Executor(bundles, authenticator, dispatcher, audit, steps, config.max_request_bytes, clock, limits=config.request_limits, facts=facts)
-    freeze_startup_heap()
-    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity)
-
-
-async def build_pii_guard(config: PiiConfig, store: Store, redis_prefix: str, detectors: dict[str, Detector], vault: Vault | None = None) -> PiiGuard:
-    """``vault``: one given (a worker's proxy to the hosted vault), else the store's kind decides."""
-    settings = VaultSettings(config.session_ttl_seconds, config.token_ttl_seconds)
-    encoded = config.vault_key()
-    try:
-        key = vault_key(encoded) if encoded else None
-    except ValueError as error:
-        raise ConfigError(f"pii.vault.key_env: {error}") from None
-    if vault is None and store.redis is not None:
-        if key is None:
-            log.warning("pii.vault.key_env is not set: the shared PII vault keeps values in Redis unsealed")
-        vault = RedisVault(store.redis, redis_prefix, key)
-    elif vault is None:
-        vault = MemoryVault(config.max_sessions)
-    if config.ner_enabled:
-        from portcullis.adapters.pii.presidio import NerDetector
-
-        ner = NerDetector(config.ner_model, config.ner_max_chars)
-        try:
-            await ner.load()
-        except (ImportError, OSError) as error:  # OSError: spaCy cannot find the model package
-            ner.close()
-            raise ConfigError(f"pii.ner: the NER detector cannot load ({error}); install it with: pip install 'portcullis[ner]'") from None
-        detectors["ner"] = ner
-    return PiiGuard(vault, detectors, settings)
 
 
 def create_app(runtime: Runtime) -> Starlette:
@@ -248,6 +104,11 @@ def create_app(runtime: Runtime) -> Starlette:
         bundle = runtime.bundles.active
         return JSONResponse({"status": "ready", "bundle": {"revision": bundle.revision, "digest": bundle.digest}})
 
+    async def metrics(request: Request) -> Response:
+        if not runtime.telemetry.authorised(request.headers.get("authorization")):
+            return Response("unauthorized\n", 401, headers={"www-authenticate": 'Bearer realm="portcullis-metrics"'}, media_type="text/plain")
+        return Response(runtime.telemetry.render(), 200, media_type=PROMETHEUS_TEXT)
+
     async def root(request: Request) -> Response:
         return JSONResponse({"service": "portcullis"})  # coding agents probe HEAD / before their first call
 
@@ -286,6 +147,7 @@ def create_app(runtime: Runtime) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/", root, methods=["GET", "HEAD"]),
+        *([Route("/metrics", metrics, methods=["GET"])] if runtime.telemetry.on_serving_port else []),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(RequestIds)], exception_handlers={HTTPException: http_error, Exception: unexpected})
     app.router.redirect_slashes = False  # the redirect's Location would come from the client's Host header
@@ -318,6 +180,11 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
         await worker.state.connect()
         hosted = worker.state if config.store.kind == "embedded" else None
     runtime = await build_runtime(config, hosted=hosted)
+    try:
+        await runtime.telemetry.start(worker)  # its listener's port taken stops start-up here
+    except BaseException:
+        await runtime.close()
+        raise
     refusal = GatewayError(ErrorKind.UNAVAILABLE, "the gateway is shutting down; retry the request", code="shutting_down")
     app = CancelledByShutdown(create_app(runtime), generic_error_body(refusal))
     server = SignalFreeServer(

@@ -116,6 +116,12 @@ class Breakers:
             facts[target] = {"state": "open", "until": math.ceil(until / 1000)} if until > now else {"state": "half_open"}
         return facts or None
 
+    def states(self) -> dict[str, str]:
+        """From the last reading, without reading again: each breaker that is not closed,
+        by target, ``open`` or ``half_open`` (the metrics' gauge)."""
+        now = self.now_ms()
+        return {target: "open" if until > now else "half_open" for target, until in self._view.open_until.items()}
+
     async def admit(self, target: Target, rule: BreakerRule) -> Admit:
         """Whether a request may go to ``target`` now: ``send``, ``probe`` (it is the one
         request testing a half-open breaker), or ``skip``."""

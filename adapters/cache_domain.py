@@ -48,6 +48,8 @@ def _settings(exchange: Exchange) -> dict[str, Any] | None:
 
 
 class CacheDomainPin(Step[Pin]):
+    layer = "routing"
+
     def __init__(self, sessions: SessionState) -> None:
         self._sessions = sessions
 

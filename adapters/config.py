@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from portcullis.adapters.endpoint_config import EndpointConfigError, EndpointPool, endpoint_pool
+from portcullis.adapters.telemetry.config import TelemetryConfig, TelemetryConfigError, telemetry_config
 from portcullis.engine import schemas
 from portcullis.engine.signing import VerificationKey
 
@@ -216,6 +217,7 @@ class Config:
     integrity: IntegrityConfig = field(default_factory=lambda: IntegrityConfig())
     request_limits: RequestLimits = field(default_factory=lambda: RequestLimits())
     workers: int = 1  # gateway processes on the one port ("auto" in the file: the cores this process may use)
+    telemetry: TelemetryConfig = field(default_factory=lambda: TelemetryConfig())
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def provider_regions(self) -> dict[str, str | None]:
@@ -300,9 +302,14 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
     pii = document.get("pii", {})
     ner, vault = pii.get("ner", {}), pii.get("vault", {})
     integrity, webhook = document.get("integrity", {}), document.get("integrity", {}).get("webhook", {})
+    workers = _workers(document.get("workers", "auto"))
+    try:
+        telemetry = telemetry_config(document.get("telemetry", {}), resolve, workers)
+    except TelemetryConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
     return Config(
         source=source,
-        workers=_workers(document.get("workers", "auto")),
+        workers=workers,
         host=listen.get("host", "127.0.0.1"),
         port=listen.get("port", 8080),
         drain_seconds=listen.get("drain_seconds", 25.0),
@@ -349,6 +356,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             webhook_timeout_seconds=webhook.get("timeout_seconds", 5.0),
         ),
         request_limits=RequestLimits(**{name: limits[name] for name in _REQUEST_LIMITS if name in limits}),
+        telemetry=telemetry,
         raw=document,
     )
 

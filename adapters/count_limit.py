@@ -21,6 +21,8 @@ RATE_LIMITED_CODE = "count_tokens_rate_limited"
 
 
 class CountLimit(Step[None]):
+    layer = "rate"
+
     operations = frozenset({Operation.COUNT_TOKENS})
 
     def __init__(self, windows: FailureCounter, per_minute: int) -> None:

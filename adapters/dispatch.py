@@ -61,12 +61,15 @@ class Call:
     breakers: BreakerSettings | None = None  # the bundle's circuit breakers; None: not consulted, not counted
     probing: Target | None = None  # the target this call holds a half-open breaker's one probe for
     affinity: str | None = None  # the conversation's key: a pool of pods sends each turn to the same one
+    on_attempt: Callable[[dict[str, Any]], None] | None = None  # told of each attempt as it is recorded (its trace span)
 
     def record(self, target: Target, outcome: str, status: int | None = None) -> None:
         attempt = {**target.describe(), "outcome": outcome, "status": status}
         if target == self.probing:
             attempt["breaker_probe"] = True
         self.attempts.append(attempt)
+        if self.on_attempt is not None:
+            self.on_attempt(attempt)
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,14 @@ from portcullis.adapters.ingress import parse_request, read_body, request_id_of,
 from portcullis.adapters.json_bytes import compact
 from portcullis.adapters.offload import off_loop, serialised
 from portcullis.adapters.operations import Operation
-from portcullis.adapters.pipeline import Clock, Exchange, FactSource, ResponseGuard, Step, utc_now
+from portcullis.adapters.pipeline import Clock, Exchange, FactSource, RequestObserver, ResponseGuard, Step, utc_now
 from portcullis.adapters.policy_input import decide
 from portcullis.adapters.protocols.interfaces import TokenCounting, WireProtocol
 from portcullis.adapters.protocols.registry import Route, protocol
 from portcullis.adapters.protocols.request import DEFAULT_LIMITS
 from portcullis.adapters.relay import StreamRelay
 from portcullis.adapters.streaming import RelayedStream
+from portcullis.adapters.telemetry.tracing import Tracer
 from portcullis.adapters.together import together
 from portcullis.adapters.upstream_errors import read_json
 from portcullis.engine.clients import client_of
@@ -77,6 +78,8 @@ class Executor:
         clock: Clock = utc_now,
         limits: RequestLimits = DEFAULT_LIMITS,
         facts: tuple[FactSource, ...] = (),
+        observers: tuple[RequestObserver, ...] = (),
+        tracer: Tracer | None = None,
     ) -> None:
         self._bundles = bundles
         self._auth = authenticator
@@ -87,6 +90,8 @@ class Executor:
         self._clock = clock
         self._limits = limits
         self._facts = facts
+        self._observers = observers
+        self._tracer = tracer
         # Fixed at start, so worked out once: the sources' order, and those that keep what was decided.
         self._fact_order: dict[str, int] = {}
         for position, source in enumerate(facts):
@@ -98,11 +103,16 @@ class Executor:
 
     async def handle(self, http: Request, protocol: WireProtocol, operation: Operation = Operation.INFERENCE) -> Response | RelayedStream:
         exchange = Exchange(request_id_of(http), protocol, time.monotonic(), self._clock(), operation=operation)
-        stage = "authenticate"
+        if self._tracer is not None:
+            exchange.trace = self._tracer.start(exchange, http.headers, http.url.path)
+        trace = exchange.trace
+        stage, layer = "authenticate", None
+        trace.at(stage)
         try:
             claim = await self._auth.claim(http)
             exchange.principal = claim.principal  # a key's now; a SigV4 signature's once verified over the body
             stage = "parse"
+            trace.at(stage)
             raw = await read_body(http, self._max_request_bytes, self._limits.body_timeout_seconds)
             if exchange.principal is None:
                 stage = "authenticate"
@@ -114,6 +124,7 @@ class Executor:
             exchange.request.client = client_of(http.headers.get("user-agent"))
             exchange.request.hop = http.headers.get(HOP_HEADER)
             stage = "decide"
+            trace.at(stage)
             exchange.bundle = self._bundles.active  # this request's bundle, whatever reloads meanwhile
             if operation == Operation.INFERENCE:  # routing layers route what is generated, not a count
                 await self._gather_facts(exchange)
@@ -124,16 +135,19 @@ class Executor:
             stage = "admit"
             for step in self._steps:
                 if operation in step.operations:  # a step that does not apply never sees the request
+                    layer = step.layer
+                    trace.at(f"admit {layer}")
                     exchange.admitted(step, await step.admit(exchange))
+            layer = None
             if operation == Operation.INFERENCE:  # only an admitted request's decision outlives it (a pinned tier)
                 await self._record_decided(exchange)
             if exchange.body_changed:  # serialised once, whatever number of steps edited it
                 exchange.request.raw = await serialised(exchange.request.body, len(exchange.request.raw))
         except GatewayError as error:
-            return await self._refuse(exchange, stage, error)
+            return await self._refuse(exchange, stage, error, layer)
         except Exception:  # a gateway bug before dispatch: refused in the client's protocol, and recorded
             log.exception("request %s: unexpected error at stage %s", exchange.request_id, stage)
-            return await self._refuse(exchange, stage, internal_error())
+            return await self._refuse(exchange, stage, internal_error(), layer)
         try:
             self._audit.append_or_raise("request_started", **started_record(exchange))
         except AuditUnavailable:  # fail closed: nothing unaudited goes upstream
@@ -141,6 +155,7 @@ class Executor:
                 ErrorKind.UNAVAILABLE, "the gateway cannot write its audit log right now; try again shortly", code="audit_unavailable", retry_after=5
             )
             return await self._refuse(exchange, "audit", error)
+        trace.at("dispatch")
         try:
             return await self._dispatch_within_deadline(exchange)
         except Exception:  # a gateway bug: the started record still gets its outcome
@@ -204,7 +219,7 @@ class Executor:
             return await off_loop(len(request.raw), pair.upstream_body, request, target, exchange.cap_output)
 
         def extra_headers(provider: str) -> dict[str, str]:
-            headers: dict[str, str] = {}
+            headers = exchange.trace.outbound_headers()
             for step, state in self._admitted(exchange):
                 headers.update(step.outbound_headers(exchange, state, provider))
             return headers
@@ -224,6 +239,7 @@ class Executor:
             guardrail=plan.guardrail.describe() if plan is not None and plan.guardrail is not None else None,
             affinity=self._affinity(exchange, targets),
             breakers=settings_of(exchange.bundle) if path is None else None,  # a token count neither tests nor trips breakers
+            on_attempt=exchange.trace.attempt,
         )
 
     def _affinity(self, exchange: Exchange, targets: tuple[Target, ...]) -> str | None:
@@ -260,6 +276,7 @@ class Executor:
         exchange.usage_complete = usage is not None
         if isinstance(document, dict) and pair.upstream.wire.intervened(document):
             exchange.audit_outcome["guardrail_intervened"] = True  # that it did, never what it held back
+        exchange.trace.at("guard")
         try:
             for guard in self._guards(exchange, pair):
                 if await guard.document(document):
@@ -268,16 +285,17 @@ class Executor:
         except GatewayError as error:  # withheld: the provider's work is still charged
             return await self._finish_failed(exchange, error)
         await self._finish(exchange, "ok")
-        log_request(exchange, 200)
+        self._ended(exchange, 200, "ok")
         return Response(body, 200, headers=self._headers(exchange), media_type="application/json")
 
     async def _relay_stream(self, exchange: Exchange, call: Call, attempt: Attempt) -> RelayedStream:
         async def finish(outcome: str, error: GatewayError | None) -> None:
             await self._finish(exchange, outcome, error)
-            log_request(exchange, 200, outcome)
+            self._ended(exchange, 200, outcome, error)
 
         relay = StreamRelay(exchange, attempt.route, attempt.upstream, self._guards(exchange, attempt.route), finish)
         await relay.open()  # a stream that fails before its first event is the next target's turn
+        exchange.first_upstream_at = time.monotonic()
         call.record(attempt.target, "ok", attempt.upstream.status)
         exchange.served = attempt.target
         assert exchange.request is not None
@@ -285,6 +303,8 @@ class Executor:
         headers = {**self._headers(exchange), "content-type": exchange.protocol.wire.FRAMING.CONTENT_TYPE, "cache-control": "no-cache"}
         body = relay.body(converter)
         opening = await anext(body, b"")  # started now, so closing it always settles and audits
+        exchange.first_client_at = time.monotonic()
+        exchange.trace.at("relay")
         return RelayedStream(200, headers, opening, body)
 
     # --- a token count ---------------------------------------------------------------
@@ -327,7 +347,7 @@ class Executor:
         exchange.headers[TOKEN_COUNT_HEADER] = by
         exchange.audit_outcome.update(count=by, input_tokens=tokens)
         await self._finish(exchange, "counted")
-        log_request(exchange, 200, "counted")
+        self._ended(exchange, 200, "counted")
         return Response(body, 200, headers=self._headers(exchange), media_type="application/json")
 
     # --- bookkeeping ---------------------------------------------------------------
@@ -353,6 +373,7 @@ class Executor:
 
     async def _finish(self, exchange: Exchange, outcome: str, error: GatewayError | None = None) -> None:
         """A dispatched request's end: settle, then record the outcome."""
+        exchange.trace.at("settle")
         await self._settle(exchange)
         self._audit.append(OUTCOME_EVENTS[outcome], **outcome_record(exchange, outcome, error))
 
@@ -362,16 +383,16 @@ class Executor:
         await self._finish(exchange, "failed", error)
         if not any(attempt["outcome"] not in UNSENT for attempt in exchange.attempts):
             await self._release(exchange)  # no provider got it: the SDK's retry is a new request
-        return self._error(exchange, error)
+        return self._error(exchange, error, "failed")
 
-    async def _refuse(self, exchange: Exchange, stage: str, error: GatewayError) -> Response:
+    async def _refuse(self, exchange: Exchange, stage: str, error: GatewayError, layer: str | None = None) -> Response:
         """Refused before dispatch: what steps admitted settles (nothing was sent, so a
         reservation is released), and the refusal is recorded."""
         await self._settle(exchange)
         await self._release(exchange)
         if error.code != "auth_rate_limited":  # throttled clients would flood the log; the failures that led here are recorded
             self._audit.append("request_denied", **refusal_record(exchange, stage, error))
-        return self._error(exchange, error)
+        return self._error(exchange, error, "refused", stage, layer)
 
     async def _release(self, exchange: Exchange) -> None:
         """A signed request that no provider received may come again: the SDK's retry of
@@ -381,6 +402,23 @@ class Executor:
         if exchange.claim is not None:
             await self._auth.release(exchange.claim)
 
+    def _ended(self, exchange: Exchange, status: int, outcome: str, error: GatewayError | None = None) -> None:
+        log_request(exchange, status, outcome)
+        self._observed(exchange, status, outcome, error)
+
+    def _observed(self, exchange: Exchange, status: int, outcome: str, error: GatewayError | None, stage: str | None = None, layer: str | None = None) -> None:
+        """The observers and the trace hear of every request once, at its end; neither
+        may turn an answer into a failure."""
+        for observer in self._observers:
+            try:
+                observer.finished(exchange, outcome, error, stage, layer)
+            except Exception:
+                log.exception("request %s: an observer failed", exchange.request_id)
+        try:
+            exchange.trace.end(exchange, status, outcome, error)
+        except Exception:
+            log.exception("request %s: its trace could not be ended", exchange.request_id)
+
     def _headers(self, exchange: Exchange) -> dict[str, str]:
         headers = {name: exchange.request_id for name in REQUEST_ID_HEADERS}
         plan, served = exchange.plan, exchange.served
@@ -388,9 +426,10 @@ class Executor:
             headers[FALLBACK_HEADER] = plan.resolved_model or ""
         return {**headers, **exchange.headers}
 
-    def _error(self, exchange: Exchange, error: GatewayError) -> Response:
+    def _error(self, exchange: Exchange, error: GatewayError, outcome: str, stage: str | None = None, layer: str | None = None) -> Response:
         wire = exchange.protocol.wire
         status = wire.error_status(error)
         log_request(exchange, status, error.code or error.kind.name.lower())
+        self._observed(exchange, status, outcome, error, stage, layer)
         body, headers = wire.error_body(error, exchange.request_id), wire.error_headers(error, exchange.request_id)
         return error_response(body, error, exchange.request_id, headers, status)

@@ -58,6 +58,8 @@ class Metering:
 
 
 class Governance(Step[Metering]):
+    layer = "budget"
+
     def __init__(self, ledger: Ledger, providers: dict[str, Provider], audit: AuditLog, clock: Clock = utc_now) -> None:
         self._ledger = ledger
         self._providers = providers

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols.sse import SSEEvent
+from portcullis.adapters.telemetry.tracing import NO_TRACE, Trace
 from portcullis.engine.conversation import EMPTY, SESSION_SYSTEM_BLOCKS, Conversation, prefix_key, session_key
 from portcullis.engine.pricing import Usage
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from portcullis.adapters.protocols.registry import Route
     from portcullis.adapters.protocols.request import ParsedRequest
     from portcullis.engine.activation import ActiveBundle
+    from portcullis.engine.errors import GatewayError
     from portcullis.engine.plan import DecisionPlan, Target
 
 Clock = Callable[[], dt.datetime]
@@ -88,6 +90,9 @@ class Exchange:
     audit_outcome: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # what steps tell the client, on a served answer
     facts: dict[str, Any] = field(default_factory=dict)  # what the routing layers were told (input.facts)
+    first_upstream_at: float | None = None  # monotonic: a stream's first event from the provider
+    first_client_at: float | None = None  # monotonic: its first bytes to the client, after the guards
+    trace: Trace = field(default=NO_TRACE, repr=False)  # its spans, when traces are exported
     _conversation: Conversation | None = field(default=None, repr=False)
     _session_key: str | None = field(default=None, repr=False)
 
@@ -168,6 +173,7 @@ class Step(Generic[S]):
     names: a request of another operation never reaches it."""
 
     operations: ClassVar[frozenset[Operation]] = frozenset({Operation.INFERENCE})
+    layer: ClassVar[str] = "step"  # what a refusal by this step is counted as (auth, rate, pii, integrity, budget, ...)
 
     async def admit(self, exchange: Exchange) -> Admission[S] | None:
         return None
@@ -184,3 +190,11 @@ class Step(Generic[S]):
         provider's protocol (``pair.upstream``), before any conversion; a tool call is
         judged as the client will receive it (``pair.client_call``)."""
         return []
+
+
+class RequestObserver(Protocol):
+    """Told of every request once it has ended, whatever the outcome (``ok``, ``failed``,
+    ``cancelled``, ``counted``, ``refused``); a refusal says at which ``stage`` and, when
+    a step refused it, that step's ``layer``. Must be quick and must not raise."""
+
+    def finished(self, exchange: Exchange, outcome: str, error: GatewayError | None = None, stage: str | None = None, layer: str | None = None) -> None: ...

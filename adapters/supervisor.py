@@ -42,6 +42,10 @@ from typing import Any
 from portcullis.adapters.cli.common import Failure
 from portcullis.adapters.config import Config
 from portcullis.adapters.store.state_host import FAILED, READY, StateHost
+from portcullis.adapters.telemetry.board import METHODS as METRICS_METHODS
+from portcullis.adapters.telemetry.board import MetricsBoard
+from portcullis.adapters.telemetry.config import TelemetryConfigError
+from portcullis.adapters.telemetry.listener import MetricsListener
 from portcullis.adapters.worker import port_socket
 
 log = logging.getLogger("portcullis.supervisor")
@@ -92,6 +96,7 @@ class Supervisor:
             self._host = build_host(self._config)
         else:  # Redis and PostgreSQL hold everything shared: the channel only tells a worker it was orphaned
             self._host = StateHost({}, {})
+        metrics = await self._serve_metrics(self._host)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(signum, self._forward, signum)
@@ -109,6 +114,27 @@ class Supervisor:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
             self._listener.close()
+            if metrics is not None:
+                await metrics.close()
+
+    async def _serve_metrics(self, host: StateHost) -> MetricsListener | None:
+        """The metrics listener, for every worker: each pushes its measurements here (``telemetry/board.py``)."""
+        settings = self._config.telemetry.metrics
+        if settings is None or not settings.listens:
+            return None
+        assert settings.host is not None and settings.port is not None
+        board = MetricsBoard()
+        host.host("metrics", board, METRICS_METHODS)
+        try:
+            listener = MetricsListener(board.render, settings.token())
+        except TelemetryConfigError as error:
+            raise Failure(str(error)) from None
+        try:
+            port = await listener.start(settings.host, settings.port)
+        except OSError as error:
+            raise Failure(f"telemetry.metrics.listen: cannot listen on {settings.host}:{settings.port}: {error.strerror}") from None
+        log.info("metrics of every worker on http://%s:%d/metrics", settings.host, port)
+        return listener
 
     async def _start_all(self) -> int:
         """0 once every worker serves (or a stop came first); else the failed worker's status."""

@@ -45,8 +45,9 @@ class GatewayApp:
                 return
 
     async def _start(self) -> None:
-        from portcullis.adapters.app import build_runtime, create_app
+        from portcullis.adapters.app import create_app
         from portcullis.adapters.config import load_config
+        from portcullis.adapters.runtime import build_runtime
 
         self.runtime = await build_runtime(load_config(Path(os.environ[CONFIG_ENV])))
         self.app = create_app(self.runtime)

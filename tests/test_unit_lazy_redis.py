@@ -16,11 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 BUILD = """
 import asyncio, pathlib, sys
-from portcullis.adapters import app
 from portcullis.adapters.config import load_config
+from portcullis.adapters.runtime import build_runtime
 
 async def main():
-    runtime = await app.build_runtime(load_config(pathlib.Path(sys.argv[1])))
+    runtime = await build_runtime(load_config(pathlib.Path(sys.argv[1])))
     print(sorted(name for name in sys.modules if name == "redis" or name.startswith("redis.")))
 
 asyncio.run(main())

@@ -44,6 +44,7 @@ def run_gateway(config: Config, demo_key: str | None, worker: WorkerLink | None 
     from portcullis.adapters.app import serve
     from portcullis.adapters.audit_log import AuditLogError
     from portcullis.adapters.store import StoreUnavailable
+    from portcullis.adapters.telemetry.config import TelemetryConfigError
     from portcullis.engine.bundle import BundleError
 
     on_ready = None
@@ -61,7 +62,7 @@ def run_gateway(config: Config, demo_key: str | None, worker: WorkerLink | None 
         uvloop.run(serve(config, on_ready, worker))
     except BundleError as error:
         raise Failure(f"policy bundle {config.bundle_path} refused: {error}") from None
-    except (StoreUnavailable, AuditLogError) as error:
+    except (StoreUnavailable, AuditLogError, TelemetryConfigError) as error:
         raise Failure(str(error)) from None
 
 

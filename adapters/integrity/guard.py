@@ -50,6 +50,8 @@ class IntegrityState:
 
 
 class PromptIntegrity(Step[IntegrityState]):
+    layer = "integrity"
+
     # A count sizes what inference will send: the policy prompt and spotlighting included.
     operations = frozenset({Operation.INFERENCE, Operation.COUNT_TOKENS})
 

@@ -56,6 +56,8 @@ class PiiState:
 
 
 class PiiGuard(Step[PiiState]):
+    layer = "pii"
+
     # A count's body leaves the gateway too: it is filtered the same way before it goes.
     operations = frozenset({Operation.INFERENCE, Operation.COUNT_TOKENS})
 

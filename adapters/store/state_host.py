@@ -135,6 +135,11 @@ class StateHost:
         self._allowed = dict(allowed)
         self._announcer = announcer or Announcer()
 
+    def host(self, name: str, hosted: object, methods: frozenset[str]) -> None:
+        """One more object, and the methods a worker may call on it."""
+        self._objects[name] = hosted
+        self._allowed[name] = methods
+
     async def serve(self, sock: socket.socket, on_control: Callable[[tuple[Any, ...]], None]) -> None:
         """Answer one worker's calls until its end closes. Control messages (call id 0:
         ready, failed) go to ``on_control``."""
