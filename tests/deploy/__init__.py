@@ -1,0 +1,1 @@
+"""deploy/ checked offline: the kustomize renders, their schemas and security settings, the wiring, the image."""
