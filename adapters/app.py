@@ -177,6 +177,10 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
         from portcullis.adapters.worker import worker_audit_path
 
         config = dataclasses.replace(config, audit_path=worker_audit_path(config.audit_path, worker.index))
+        traces = config.telemetry.traces
+        if traces.path is not None:  # a file per worker, as its audit chain: processes never interleave a line
+            traced = dataclasses.replace(traces, path=worker_audit_path(traces.path, worker.index))
+            config = dataclasses.replace(config, telemetry=dataclasses.replace(config.telemetry, traces=traced))
         await worker.state.connect()
         hosted = worker.state if config.store.kind == "embedded" else None
     runtime = await build_runtime(config, hosted=hosted)

@@ -152,9 +152,10 @@ def test_ten_thousand_bogus_names_keys_and_users_add_no_series_and_no_memory(fre
     assert "bogus-model" not in text and "pk-bogus" not in text and "user-" not in text
 
 
-def test_the_supervisor_serves_every_workers_metrics(fresh_gateway: Any, fakes: Fakes, tmp_path: Path) -> None:
-    port = free_port()
-    gateway = fresh_gateway(workers=2, telemetry={"metrics": {"listen": {"host": "127.0.0.1", "port": port}}})
+def test_the_supervisor_serves_every_workers_metrics_and_each_worker_writes_its_own_spans(fresh_gateway: Any, fakes: Fakes, tmp_path: Path) -> None:
+    port, spans_path = free_port(), tmp_path / "spans.jsonl"
+    telemetry = {"metrics": {"listen": {"host": "127.0.0.1", "port": port}}, "traces": {"exporter": "console", "path": str(spans_path)}}
+    gateway = fresh_gateway(workers=2, telemetry=telemetry)
     key = gateway.key("eng")
     fakes.openai_main.script(MINI_UPSTREAM, Reply())
     for _ in range(20):  # new connections, so the kernel spreads them over both workers
@@ -168,6 +169,11 @@ def test_the_supervisor_serves_every_workers_metrics(fresh_gateway: Any, fakes: 
                 == 200
             )
     assert wait_for(lambda: value(scrape(port, None).text, "portcullis_requests_total", outcome="ok") == 20, timeout=10), scrape(port, None).text[:2000]
+    gateway.stop()  # each worker exports what it still batches
+    files = [spans_path, tmp_path / "spans.w1.jsonl"]
+    assert all(path.exists() for path in files), "worker 1 writes beside worker 0's file, not into it"
+    spans = [json.loads(line) for path in files for line in path.read_text().splitlines()]  # every line whole
+    assert sum(span["kind"] == "SpanKind.SERVER" for span in spans) == 20
 
 
 def test_spans_continue_the_clients_trace_and_carry_no_content(fresh_gateway: Any, fakes: Fakes, tmp_path: Path) -> None:
