@@ -218,7 +218,7 @@ class Governance(Step[Metering]):
         observed = {"usage": usage.as_dict(), "cost_micro_usd": cost} if served is not None else None
         if state == "pending":  # the whole bound stays charged until reconciled
             return Final(state, bound.tokens, bound.cost_micro_usd, {c.key: c.amount for c in reservation.charges}, observed, _served(served))
-        tokens = usage.input + usage.output + usage.cache_read + usage.cache_write
+        tokens = usage.total
         return Final(state, tokens, cost, settled_amounts(reservation.charges, tokens, cost), observed, _served(served))
 
 
@@ -278,7 +278,7 @@ async def reconcile(ledger: Ledger, bundle: ActiveBundle, older_than: dt.datetim
             usage = Usage(**{name: int(usage_record.get(name, 0)) for name in ("input", "output", "cache_read", "cache_write")})
             price = bundle.prices.price_for(served["provider"], served["model"], served.get("region"), item.created_at.date())
             if price is not None:
-                tokens = usage.input + usage.output + usage.cache_read + usage.cache_write
+                tokens = usage.total
                 cost = price.cost(usage)
                 amounts = {charge["key"]: {"requests": 1, "tokens": tokens, "cost": cost}[charge["metric"]] for charge in item.charges}
                 note = "usage from the provider's records"

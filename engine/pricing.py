@@ -32,6 +32,15 @@ class Usage:
     cache_read: int = 0
     cache_write: int = 0
 
+    @property
+    def input_total(self) -> int:
+        """All the input the model read: uncached, read from its cache, written to it."""
+        return self.input + self.cache_read + self.cache_write
+
+    @property
+    def total(self) -> int:
+        return self.input_total + self.output
+
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in USAGE_FIELDS}
 

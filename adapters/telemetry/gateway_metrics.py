@@ -132,7 +132,7 @@ class GatewayMetrics:
         if served is None:
             return
         usage = exchange.usage
-        for kind, count in (("input", usage.input + usage.cache_read + usage.cache_write), ("output", usage.output)):
+        for kind, count in (("input", usage.input_total), ("output", usage.output)):
             if count:
                 self.tokens.record(("chat", gen_ai_provider, model, team, kind), count)
         if exchange.cost_micro_usd:

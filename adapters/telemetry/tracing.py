@@ -44,14 +44,12 @@ NO_TRACE = Trace()
 
 
 class Tracer:
-    """Disabled unless ``traces.exporter`` is console or otlp."""
+    """Spans exported as ``traces.exporter`` says (console or otlp); with ``none`` there
+    is no tracer at all, and every request carries ``NO_TRACE``."""
 
     def __init__(self, config: TracesConfig, service: str = "portcullis") -> None:
         self._config = config
-        self._provider: Any = None
         self._out: IO[str] | None = None
-        if config.exporter == "none":
-            return
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -78,13 +76,7 @@ class Tracer:
             kwargs["out"] = self._out
         return ConsoleSpanExporter(**kwargs)
 
-    @property
-    def enabled(self) -> bool:
-        return self._provider is not None
-
     def start(self, exchange: Exchange, headers: Mapping[str, str], path: str) -> Trace:
-        if self._provider is None:
-            return NO_TRACE
         if path.startswith("/model/"):  # Bedrock's paths carry the client's model id, which stays out
             path = f"/model/{{modelId}}/{path.rsplit('/', 1)[-1]}"
         from opentelemetry.trace import SpanKind
@@ -104,8 +96,7 @@ class Tracer:
         return _Traced(self, span)
 
     def close(self) -> None:
-        if self._provider is not None:
-            self._provider.shutdown()  # exports what is still batched
+        self._provider.shutdown()  # exports what is still batched
         if self._out is not None:
             self._out.close()
 
@@ -181,7 +172,7 @@ def _outcome_attributes(exchange: Exchange, status: int, outcome: str, error: Ga
                 "portcullis.served.region": exchange.served.region,
             }
         )
-        attributes["gen_ai.usage.input_tokens"] = exchange.usage.input + exchange.usage.cache_read + exchange.usage.cache_write
+        attributes["gen_ai.usage.input_tokens"] = exchange.usage.input_total
         attributes["gen_ai.usage.output_tokens"] = exchange.usage.output
         if exchange.cost_micro_usd is not None:
             attributes["portcullis.cost_micro_usd"] = exchange.cost_micro_usd
