@@ -23,7 +23,7 @@ from portcullis.adapters.error_responses import error_response, generic_error_bo
 from portcullis.adapters.http_edge import RequestIds, family_of, protocol_error, request_id_for, route_error
 from portcullis.adapters.http_timeouts import header_deadline_protocol
 from portcullis.adapters.ingress import client_address
-from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, retry_audit
+from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, tend_audit
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
 from portcullis.adapters.protocols.registry import protocol
@@ -230,7 +230,7 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
     watcher = asyncio.ensure_future(runtime.bundles.watch())
-    audit_retrier = asyncio.ensure_future(retry_audit(runtime.audit))
+    audit_retrier = asyncio.ensure_future(tend_audit(runtime.audit))
     log.info(
         "%sserving on %s://%s:%d with bundle revision %r (%s), store %s",
         f"worker {worker.index}: " if worker is not None else "",

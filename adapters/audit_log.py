@@ -22,28 +22,56 @@ once, and the chain head does not move. Then:
 At start-up, bytes after the last complete record (a write torn by a crash or a full
 disk) are cut, kept in a side file when the disk allows, and an ``audit_repaired``
 record carrying their length and SHA-256 continues the chain.
+
+The file rotates by size or age (``audit_files``: renamed beside it, the chain goes on
+in a new file). ``fsync`` says when records are forced to the disk: ``always`` before
+each append returns (a request is dispatched only once its record would survive a power
+cut), ``interval`` at most ``fsync_interval`` seconds later, ``never`` when the kernel
+decides (a process crash loses nothing; a power cut may). A rotated file, and the head
+an anchor is about to vouch for, are always forced first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import errno
 import fcntl
 import hashlib
+import json
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from portcullis.adapters.audit_files import segment_path, segments
 from portcullis.adapters.json_bytes import compact
-from portcullis.engine.audit_chain import ChainHead, Tail, TailError, read_tail, seal
+from portcullis.engine.audit_chain import GENESIS_HEAD, ChainHead, Tail, TailError, read_tail, seal
 
 log = logging.getLogger("portcullis.audit")
 
 MAX_HELD = 4096  # records kept in memory while the disk refuses writes
 TAIL_WINDOW = 64 * 1024  # bytes read from the end to find the last record
+
+
+RETRY_ROTATION_SECONDS = 60.0  # after a rotation the disk refused: the file keeps growing until then
+
+
+@dataclass(frozen=True)
+class AuditWriting:
+    """How the log is written (``audit.rotate``, ``audit.fsync``)."""
+
+    rotate_bytes: int = 256 * 1024 * 1024  # 0: never by size
+    rotate_seconds: float = 0  # 0: never by age
+    fsync: Literal["always", "interval", "never"] = "interval"
+    fsync_interval: float = 1.0
+
+
+Listener = Callable[[dict[str, Any]], None]
 
 
 class AuditLogError(Exception):
@@ -55,29 +83,48 @@ class AuditUnavailable(Exception):
 
 
 class AuditLog:
-    def __init__(self, path: Path, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+    def __init__(self, path: Path, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC), writing: AuditWriting = AuditWriting()) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._clock = clock
+        self._writing = writing
+        # The lock is a file of its own: the log itself is renamed when it rotates.
+        self._lock = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o640)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock)
+            raise AuditLogError(f"audit log {path} is in use by another process; give each gateway process its own audit.path") from None
         self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._fd)
-            raise AuditLogError(f"audit log {path} is in use by another process; give each gateway process its own audit.path") from None
-        try:
             tail = _read_tail(self._fd)
+            head = tail.head if tail.complete_bytes else _rotated_head(path)  # a new file continues the last rotated one
+            self._file_first_seq, self._file_started = _first_record(self._fd) if tail.complete_bytes else (None, None)
         except TailError as error:
-            os.close(self._fd)
+            self._release()
             raise AuditLogError(f"audit log {path} {error}; run `portcullis audit verify {path}`") from None
-        self._head: ChainHead = tail.head
+        self._head: ChainHead = head
         self._size = tail.complete_bytes  # where the complete records end: a failed write is cut back to here
         self._held: deque[dict[str, Any]] = deque()
         self._dropped = 0
         self._failing: str | None = None  # why the last write failed, until one succeeds
         self._uncut = False  # a failed write's bytes could not be cut yet
+        self._synced_seq = head.seq  # records up to here were forced to the disk (or were there at start)
+        self._last_sync = time.monotonic()
+        self._rotation_retry_at = 0.0
+        self._listeners: list[Listener] = []
         if tail.torn:
             self._repair(tail)
+
+    @property
+    def head(self) -> ChainHead:
+        """The last record written to the file."""
+        return self._head
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` with each record appended (before its seq and hash are added;
+        held ones too). It runs on the caller's thread and must not raise or block."""
+        self._listeners.append(listener)
 
     @property
     def available(self) -> bool:
@@ -88,6 +135,7 @@ class AuditLog:
         """Record an event; never raises. Written now, or held and written, in order,
         before the next record once the disk takes writes again."""
         record = self._record(event, fields)
+        self._tell(record)
         if self._flush() and self._write(record):
             return
         if len(self._held) >= MAX_HELD:
@@ -99,27 +147,66 @@ class AuditLog:
         """Record an event now, after every held one, or raise ``AuditUnavailable``."""
         if not self._flush():
             raise AuditUnavailable(self._failing or "the audit log is not writable")
-        if not self._write(self._record(event, fields)):
+        record = self._record(event, fields)
+        if not self._write(record):
             raise AuditUnavailable(self._failing or "the audit log is not writable")
+        self._tell(record)
 
     def retry(self) -> bool:
         """Try the held records again (a periodic task calls this, so they land, and the
         log counts as available again, even when no request comes); True if none is left."""
         return self._flush()
 
+    async def tick(self) -> None:
+        """Called about once a second: held records tried again, a file past its age
+        rotated even when nothing is written, records forced to the disk per ``fsync``."""
+        if not self.available:
+            self.retry()
+        if self._writing.rotate_seconds and self._rotation_due():
+            self._rotate()
+        due = time.monotonic() - self._last_sync >= self._writing.fsync_interval
+        if self._writing.fsync == "interval" and self._head.seq > self._synced_seq and due:
+            await self.synced_head()
+
+    async def synced_head(self) -> ChainHead:
+        """The head, once every record up to it is on the disk: forced off the event loop,
+        on a duplicate of the descriptor (a rotation may close the original meanwhile)."""
+        head, descriptor = self._head, os.dup(self._fd)
+        try:
+            await asyncio.to_thread(os.fdatasync, descriptor)
+        finally:
+            os.close(descriptor)
+        self._synced_seq, self._last_sync = max(self._synced_seq, head.seq), time.monotonic()
+        return head
+
     def close(self) -> None:
-        """Write what is held if the disk allows, then release the file (once)."""
+        """Write what is held if the disk allows, force it to the disk, then release the file (once)."""
         if self._fd < 0:
             return
         if not self._flush() and (self._held or self._dropped):
             log.error("audit log %s closed with %d records unwritten (%s)", self.path, len(self._held) + self._dropped, self._failing)
+        try:
+            os.fdatasync(self._fd)
+        except OSError as error:
+            log.error("audit log %s could not be forced to the disk on closing (%s)", self.path, error.strerror)
+        self._release()
+
+    def _release(self) -> None:
         os.close(self._fd)
+        os.close(self._lock)
         self._fd = -1
 
     # --- writing ---------------------------------------------------------------------
 
     def _record(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
         return {"event": event, "ts": self._clock().isoformat(timespec="microseconds"), **fields}
+
+    def _tell(self, record: dict[str, Any]) -> None:
+        for listener in self._listeners:
+            try:
+                listener(record)
+            except Exception:  # a listener's fault never costs a record
+                log.exception("an audit listener failed on a %s record", record.get("event"))
 
     def _flush(self) -> bool:
         """Write every held record (and the count of dropped ones); False if the disk refused."""
@@ -143,16 +230,56 @@ class AuditLog:
                 os.ftruncate(self._fd, self._size)
                 self._uncut = False
             _write_all(self._fd, line)
+            if self._writing.fsync == "always":  # a record the disk may still lose is not written
+                os.fdatasync(self._fd)
         except OSError as error:
             self._cut_back()
             self._failed(error)
             return False
         self._head = ChainHead(self._head.seq + 1, digest)
         self._size += len(line)
+        if self._file_first_seq is None:
+            self._file_first_seq, self._file_started = self._head.seq, time.time()
+        if self._writing.fsync == "always":
+            self._synced_seq = self._head.seq
         if self._failing is not None:
             log.warning("audit log %s is writable again; accepting requests", self.path)
             self._failing = None
+        if self._writing.rotate_bytes and self._size >= self._writing.rotate_bytes and time.monotonic() >= self._rotation_retry_at:
+            self._rotate()
         return True
+
+    # --- rotation --------------------------------------------------------------------
+
+    def _rotation_due(self) -> bool:
+        started = self._file_started
+        return started is not None and time.time() - started >= self._writing.rotate_seconds and time.monotonic() >= self._rotation_retry_at
+
+    def _rotate(self) -> None:
+        """Close this file of the chain under its seq range's name and continue in a new one.
+        A step the disk refuses leaves the current file in place, written on, tried again later."""
+        first, last = self._file_first_seq, self._head.seq
+        assert first is not None
+        renamed = segment_path(self.path, first, last)
+        try:
+            os.fdatasync(self._fd)
+            os.rename(self.path, renamed)
+        except OSError as error:
+            return self._rotation_failed(error)
+        try:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o640)
+        except OSError as error:
+            os.rename(renamed, self.path)  # the same directory, just renamed: put it back
+            return self._rotation_failed(error)
+        os.close(self._fd)
+        self._fd, self._size, self._file_first_seq, self._file_started = descriptor, 0, None, None
+        self._synced_seq = self._head.seq
+        _sync_directory(self.path.parent)
+        log.info("audit log rotated: %s holds seq %d to %d", renamed.name, first, last)
+
+    def _rotation_failed(self, error: OSError) -> None:
+        self._rotation_retry_at = time.monotonic() + RETRY_ROTATION_SECONDS
+        log.error("audit log %s could not rotate (%s); written on, tried again in %.0f s", self.path, error.strerror, RETRY_ROTATION_SECONDS)
 
     def _cut_back(self) -> None:
         """Remove what a failed write left: the file ends at the last complete record."""
@@ -200,6 +327,47 @@ def _write_all(fd: int, line: bytes) -> None:
         if written == 0:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         view = view[written:]
+
+
+def _sync_directory(directory: Path) -> None:
+    """A rename is durable once its directory is."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        log.warning("audit log directory %s could not be forced to the disk (%s)", directory, error.strerror)
+
+
+def _rotated_head(path: Path) -> ChainHead:
+    """Where the chain stands when its live file is empty: at the end of the newest rotated file."""
+    rotated = segments(path)
+    if not rotated:
+        return GENESIS_HEAD
+    descriptor = os.open(rotated[-1], os.O_RDONLY)
+    try:
+        return _read_tail(descriptor).head
+    finally:
+        os.close(descriptor)
+
+
+def _first_record(fd: int) -> tuple[int | None, float | None]:
+    """The seq and time (epoch seconds) of the file's first record: when a file started
+    decides when it is old enough to rotate."""
+    window = TAIL_WINDOW
+    while (end := (chunk := os.pread(fd, window, 0)).find(b"\n")) < 0 and len(chunk) == window:
+        window *= 4
+    try:
+        record = json.loads(chunk[:end])
+        seq = int(record["seq"])
+    except (ValueError, KeyError, TypeError) as error:  # the tail was intact, so this is damage: verify says where
+        raise TailError("starts with a damaged record") from error
+    try:
+        return seq, dt.datetime.fromisoformat(record["ts"]).timestamp()
+    except (ValueError, KeyError, TypeError):  # a record of the log's own kind without a time: its age counts from now
+        return seq, time.time()
 
 
 def _read_tail(fd: int) -> Tail:

@@ -1,6 +1,6 @@
 """What the served process needs to stop cleanly and to keep its audit log moving:
 a uvicorn server that leaves signals to ``serve``, an app wrapper for requests the
-shutdown drain cuts, and the periodic retry of held audit records."""
+shutdown drain cuts, and the audit log's periodic upkeep."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from portcullis.adapters.audit_log import AuditLog
 log = logging.getLogger("portcullis")
 
 FINALIZE_SECONDS = 5.0  # after the drain: for cancelled requests to settle and record their outcome
-AUDIT_RETRY_SECONDS = 1.0  # while the audit disk refuses writes: how often held records are tried again
+AUDIT_TICK_SECONDS = 1.0  # how often held audit records are tried again, old files rotated, records forced to disk
 
 
 class SignalFreeServer(uvicorn.Server):
@@ -70,9 +70,12 @@ class CancelledByShutdown:
             # a stream already under way is left incomplete: the server closes its connection
 
 
-async def retry_audit(audit: AuditLog) -> None:
-    """Held audit records reach the disk soon after it recovers, with or without traffic."""
+async def tend_audit(audit: AuditLog) -> None:
+    """Held audit records reach the disk soon after it recovers, an old file rotates and
+    written records are forced to the disk, with or without traffic."""
     while True:
-        await asyncio.sleep(AUDIT_RETRY_SECONDS)
-        if not audit.available:
-            audit.retry()
+        await asyncio.sleep(AUDIT_TICK_SECONDS)
+        try:
+            await audit.tick()
+        except OSError as error:  # the next tick tries again; a write path failure is the log's own to report
+            log.error("audit log upkeep failed: %s", error.strerror)

@@ -4,7 +4,8 @@ Each record carries ``seq`` (1, 2, 3, …), ``prev`` (the previous record's hash
 ``hash`` = SHA-256 of the record's canonical JSON without ``hash``. Altering a record
 breaks its hash; removing or reordering records breaks ``seq`` and ``prev``. A chain
 proves integrity relative to a trusted checkpoint only: truncating the tail needs an
-external anchor to detect.
+external anchor to detect (``audit_anchors``). A rotated log is one chain over several
+files: each file's first record follows the previous file's last.
 
 Every record ends with a newline, so bytes after the last newline are a torn write
 (the process or the disk stopped mid-record), never a record: ``read_tail`` says where
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 GENESIS = "0" * 64
@@ -45,6 +46,9 @@ class ChainHead:
     hash: str
 
 
+GENESIS_HEAD = ChainHead(0, GENESIS)
+
+
 @dataclass(frozen=True)
 class Verification:
     records: int
@@ -52,42 +56,50 @@ class Verification:
     bad_line: int | None = None
     problem: str | None = None
     repairs: tuple[int, ...] = ()  # seq of each audit_repaired record: where a torn write was cut
+    first_seq: int | None = None  # the first record's seq (None: no record)
+    found: Mapping[int, str] = field(default_factory=dict)  # hash of each record whose seq was asked for
 
     @property
     def ok(self) -> bool:
         return self.bad_line is None
 
 
-def verify(lines: Iterable[bytes]) -> Verification:
-    """Walk the chain; stop at the first record that does not fit it."""
-    head = ChainHead(0, GENESIS)
+def verify(lines: Iterable[bytes], start: ChainHead | None = GENESIS_HEAD, wanted: Collection[int] = ()) -> Verification:
+    """Walk the chain; stop at the first record that does not fit it. ``start``: the head
+    the first record must follow (the previous file's, once a log has rotated); None takes
+    the first record as given (the files before it are no longer here: only an anchor
+    can vouch for it). ``wanted``: the seqs whose hashes are returned in ``found``."""
+    head = start or GENESIS_HEAD
     count = 0
     repairs: list[int] = []
+    found: dict[int, str] = {}
+    first: int | None = None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
-            return Verification(count, head, number, "empty line inside the log")
+            return Verification(count, head, number, "empty line inside the log", tuple(repairs), first, found)
         try:
             record = json.loads(line)
         except ValueError:
-            return Verification(count, head, number, "not a JSON record (damaged or partially written)")
+            return Verification(count, head, number, "not a JSON record (damaged or partially written)", tuple(repairs), first, found)
         if not isinstance(record, dict):
-            return Verification(count, head, number, "not a JSON object")
+            return Verification(count, head, number, "not a JSON object", tuple(repairs), first, found)
         if record.get("hash") != record_hash(record):
-            return Verification(count, head, number, f"record seq {record.get('seq')} was altered (hash mismatch)")
-        if record.get("seq") != head.seq + 1 or record.get("prev") != head.hash:
-            return Verification(
-                count,
-                head,
-                number,
-                f"record seq {record.get('seq')} does not follow seq {head.seq}: a record was removed, reordered or inserted",
-            )
+            return Verification(count, head, number, f"record seq {record.get('seq')} was altered (hash mismatch)", tuple(repairs), first, found)
+        follows = record.get("seq") == head.seq + 1 and record.get("prev") == head.hash
+        if not follows and not (start is None and count == 0 and isinstance(record.get("seq"), int)):
+            problem = f"record seq {record.get('seq')} does not follow seq {head.seq}: a record was removed, reordered or inserted"
+            return Verification(count, head, number, problem, tuple(repairs), first, found)
         if not line.endswith(b"\n"):  # every record is written with its newline: this one was cut short
-            return Verification(count, head, number, f"record seq {record['seq']} is not terminated: a torn write (the gateway cuts it at start-up)")
+            problem = f"record seq {record['seq']} is not terminated: a torn write (the gateway cuts it at start-up)"
+            return Verification(count, head, number, problem, tuple(repairs), first, found)
         head = ChainHead(record["seq"], record["hash"])
+        first = head.seq if first is None else first
         count += 1
+        if head.seq in wanted:
+            found[head.seq] = head.hash
         if record.get("event") == "audit_repaired":
             repairs.append(head.seq)
-    return Verification(count, head, repairs=tuple(repairs))
+    return Verification(count, head, repairs=tuple(repairs), first_seq=first, found=found)
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ def read_tail(chunk: bytes, chunk_offset: int) -> Tail | None:
     if cut == 0:
         if chunk_offset > 0:
             return None
-        return Tail(ChainHead(0, GENESIS), 0, torn)
+        return Tail(GENESIS_HEAD, 0, torn)
     start = chunk.rfind(b"\n", 0, cut - 1) + 1
     if start == 0 and chunk_offset > 0:
         return None

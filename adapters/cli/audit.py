@@ -32,18 +32,33 @@ def _audit_verify(args: argparse.Namespace) -> int:
 
 
 def _verify_one(path: Path) -> int:
-    from portcullis.engine.audit_chain import verify
+    """One chain: its rotated files, oldest first, then the live one, each continuing the last."""
+    from portcullis.adapters.audit_files import chain_files
+    from portcullis.engine.audit_chain import GENESIS_HEAD, verify
 
-    try:
-        with path.open("rb") as handle:
-            result = verify(handle)
-    except OSError as error:
-        raise Failure(f"cannot read {path}: {error.strerror}") from None
-    if not result.ok:
-        print(f"{path}: line {result.bad_line}: {result.problem}")
-        print(f"the first {result.records} records are intact (last good seq {result.head.seq})")
-        return 1
-    print(f"{path}: {result.records} records, chain intact (head seq {result.head.seq}, hash {result.head.hash[:16]}…)")
-    if result.repairs:
-        print(f"torn writes cut at start-up and recorded: {len(result.repairs)} (audit_repaired at seq {', '.join(map(str, result.repairs))})")
+    files = chain_files(path)
+    if not files:
+        raise Failure(f"cannot read {path}: no such file")
+    start = None  # the oldest file here may follow files shipped away: its first record is taken as given
+    records, repairs = 0, []
+    for number, file in enumerate(files):
+        try:
+            with file.open("rb") as handle:
+                result = verify(handle, start)
+        except OSError as error:
+            raise Failure(f"cannot read {file}: {error.strerror}") from None
+        records += result.records
+        repairs += result.repairs
+        if not result.ok:
+            print(f"{file}: line {result.bad_line}: {result.problem}")
+            print(f"the first {result.records} records of it are intact (last good seq {result.head.seq})")
+            return 1
+        if number == 0 and result.first_seq not in (None, 1):
+            print(f"{file}: starts at seq {result.first_seq}: the files before it are not here")
+        start = result.head if result.records else (start or GENESIS_HEAD)
+    head = start or GENESIS_HEAD
+    rotated = f" in {len(files)} files" if len(files) > 1 else ""
+    print(f"{path}: {records} records{rotated}, chain intact (head seq {head.seq}, hash {head.hash[:16]}…)")
+    if repairs:
+        print(f"torn writes cut at start-up and recorded: {len(repairs)} (audit_repaired at seq {', '.join(map(str, repairs))})")
     return 0

@@ -1,0 +1,1 @@
+"""Events the gateway reports to operators' endpoints."""
