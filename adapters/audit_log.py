@@ -100,6 +100,8 @@ class AuditLog:
             tail = _read_tail(self._fd)
             head = tail.head if tail.complete_bytes else _rotated_head(path)  # a new file continues the last rotated one
             self._file_first_seq, self._file_started = _first_record(self._fd) if tail.complete_bytes else (None, None)
+            if self._file_first_seq is not None and self._file_started is None:  # its age is unknown: counted from now
+                self._file_started = self._clock().timestamp()
         except TailError as error:
             self._release()
             raise AuditLogError(f"audit log {path} {error}; run `portcullis audit verify {path}`") from None
@@ -239,7 +241,7 @@ class AuditLog:
         self._head = ChainHead(self._head.seq + 1, digest)
         self._size += len(line)
         if self._file_first_seq is None:
-            self._file_first_seq, self._file_started = self._head.seq, time.time()
+            self._file_first_seq, self._file_started = self._head.seq, self._clock().timestamp()
         if self._writing.fsync == "always":
             self._synced_seq = self._head.seq
         if self._failing is not None:
@@ -253,7 +255,8 @@ class AuditLog:
 
     def _rotation_due(self) -> bool:
         started = self._file_started
-        return started is not None and time.time() - started >= self._writing.rotate_seconds and time.monotonic() >= self._rotation_retry_at
+        aged = started is not None and self._clock().timestamp() - started >= self._writing.rotate_seconds
+        return aged and time.monotonic() >= self._rotation_retry_at
 
     def _rotate(self) -> None:
         """Close this file of the chain under its seq range's name and continue in a new one.
@@ -269,7 +272,10 @@ class AuditLog:
         try:
             descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o640)
         except OSError as error:
-            os.rename(renamed, self.path)  # the same directory, just renamed: put it back
+            try:
+                os.rename(renamed, self.path)  # the same directory, just renamed: put it back
+            except OSError:  # the chain goes on in the renamed file; verify still walks it
+                log.error("audit log %s: the file being rotated could not be named back from %s", self.path, renamed.name)
             return self._rotation_failed(error)
         os.close(self._fd)
         self._fd, self._size, self._file_first_seq, self._file_started = descriptor, 0, None, None
@@ -366,8 +372,8 @@ def _first_record(fd: int) -> tuple[int | None, float | None]:
         raise TailError("starts with a damaged record") from error
     try:
         return seq, dt.datetime.fromisoformat(record["ts"]).timestamp()
-    except (ValueError, KeyError, TypeError):  # a record of the log's own kind without a time: its age counts from now
-        return seq, time.time()
+    except (ValueError, KeyError, TypeError):  # a record without a time
+        return seq, None
 
 
 def _read_tail(fd: int) -> Tail:

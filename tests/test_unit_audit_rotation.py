@@ -23,15 +23,20 @@ def _write(log: AuditLog, count: int) -> None:
         log.append("request_finished", request_id=f"req_{n}", pad="x" * 200)
 
 
+def _rotated(tmp_path: Path, rotate_bytes: int, count: int) -> Path:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, writing=AuditWriting(rotate_bytes=rotate_bytes, fsync="never"))
+    _write(log, count)
+    log.close()
+    return path
+
+
 def _all_records(path: Path) -> list[dict]:
     return [json.loads(line) for file in chain_files(path) for line in file.read_bytes().splitlines()]
 
 
 def test_rotation_by_size_keeps_one_chain_over_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "audit.jsonl"
-    log = AuditLog(path, writing=AuditWriting(rotate_bytes=2000, fsync="never"))
-    _write(log, 40)
-    log.close()
+    path = _rotated(tmp_path, 2000, 40)
     rotated = segments(path)
     assert len(rotated) >= 3
     first, last = rotated[0].name.split(".")[1].split("-")
@@ -56,10 +61,7 @@ def test_a_new_file_after_a_rotation_continues_the_chain_on_restart(tmp_path: Pa
 
 
 def test_verify_finds_a_rotated_file_removed_from_the_middle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "audit.jsonl"
-    log = AuditLog(path, writing=AuditWriting(rotate_bytes=1500, fsync="never"))
-    _write(log, 30)
-    log.close()
+    path = _rotated(tmp_path, 1500, 30)
     rotated = segments(path)
     rotated[1].unlink()
     assert main(["audit", "verify", str(path)]) == 1
@@ -67,10 +69,7 @@ def test_verify_finds_a_rotated_file_removed_from_the_middle(tmp_path: Path, cap
 
 
 def test_verify_starts_at_the_oldest_file_still_here(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "audit.jsonl"
-    log = AuditLog(path, writing=AuditWriting(rotate_bytes=1500, fsync="never"))
-    _write(log, 30)
-    log.close()
+    path = _rotated(tmp_path, 1500, 30)
     segments(path)[0].unlink()  # shipped away
     assert main(["audit", "verify", str(path)]) == 0
     assert "the files before it are not here" in capsys.readouterr().out

@@ -55,7 +55,8 @@ def _verify_one(path: Path) -> int:
             return 1
         if number == 0 and result.first_seq not in (None, 1):
             print(f"{file}: starts at seq {result.first_seq}: the files before it are not here")
-        start = result.head if result.records else (start or GENESIS_HEAD)
+        if result.records:
+            start = result.head
     head = start or GENESIS_HEAD
     rotated = f" in {len(files)} files" if len(files) > 1 else ""
     print(f"{path}: {records} records{rotated}, chain intact (head seq {head.seq}, hash {head.hash[:16]}…)")
