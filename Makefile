@@ -84,6 +84,7 @@ bench: install-dev
 	$(BIN)/python -m bench.injection_accuracy || status=1; \
 	$(BIN)/python -m bench.injection_accuracy --corpus tests/injection_corpus_holdout.jsonl || status=1; \
 	$(BIN)/python -m bench.intent_accuracy || status=1; \
+	$(BIN)/python bench/audit_fsync.py || status=1; \
 	$(BIN)/python scripts/test_services.py stop; \
 	exit $$status
 

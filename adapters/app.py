@@ -23,7 +23,7 @@ from portcullis.adapters.error_responses import error_response, generic_error_bo
 from portcullis.adapters.http_edge import RequestIds, family_of, protocol_error, request_id_for, route_error
 from portcullis.adapters.http_timeouts import header_deadline_protocol
 from portcullis.adapters.ingress import client_address
-from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, tend_audit
+from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, purge_captures, tend_audit
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
 from portcullis.adapters.protocols.registry import protocol
@@ -176,7 +176,9 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
     if worker is not None:
         from portcullis.adapters.worker import worker_audit_path
 
-        config = dataclasses.replace(config, audit_path=worker_audit_path(config.audit_path, worker.index))
+        anchor = config.audit.anchor.for_worker(worker.index) if config.audit.anchor is not None else None
+        audit = dataclasses.replace(config.audit, path=worker_audit_path(config.audit.path, worker.index), anchor=anchor)
+        config = dataclasses.replace(config, audit=audit)
         traces = config.telemetry.traces
         if traces.path is not None:  # a file per worker, as its audit chain: processes never interleave a line
             traced = dataclasses.replace(traces, path=worker_audit_path(traces.path, worker.index))
@@ -230,7 +232,11 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
     watcher = asyncio.ensure_future(runtime.bundles.watch())
-    audit_retrier = asyncio.ensure_future(tend_audit(runtime.audit))
+    upkeep = [asyncio.ensure_future(tend_audit(runtime.audit))]
+    if runtime.capture is not None:
+        upkeep.append(asyncio.ensure_future(purge_captures(runtime.capture)))
+    if runtime.anchorer is not None:
+        upkeep.append(asyncio.ensure_future(runtime.anchorer.run()))
     log.info(
         "%sserving on %s://%s:%d with bundle revision %r (%s), store %s",
         f"worker {worker.index}: " if worker is not None else "",
@@ -257,7 +263,7 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
-        for background in (watcher, audit_retrier):
+        for background in (watcher, *upkeep):
             background.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await background

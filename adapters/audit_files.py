@@ -8,6 +8,8 @@ a gap in the names (and, to ``audit verify``, in the seqs).
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from pathlib import Path
 
@@ -32,3 +34,17 @@ def segments(active: Path) -> list[Path]:
 def chain_files(active: Path) -> list[Path]:
     """Every file of the chain in order: the rotated ones, then the live one (if present)."""
     return [*segments(active), *([active] if active.exists() else [])]
+
+
+def sync_directory(directory: Path, what: str) -> None:
+    """Force ``directory`` to the disk: a file created or renamed in it is durable once it
+    is. A refusal is logged (``what`` names the directory's role) and not raised: the file
+    itself was written; only its name may not survive a power cut."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        logging.getLogger("portcullis").warning("%s directory %s could not be forced to the disk (%s)", what, directory, error.strerror)

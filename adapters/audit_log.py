@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from portcullis.adapters.audit_files import segment_path, segments
+from portcullis.adapters.audit_files import segment_path, segments, sync_directory
 from portcullis.adapters.json_bytes import compact
 from portcullis.engine.audit_chain import GENESIS_HEAD, ChainHead, Tail, TailError, read_tail, seal
 
@@ -280,7 +280,7 @@ class AuditLog:
         os.close(self._fd)
         self._fd, self._size, self._file_first_seq, self._file_started = descriptor, 0, None, None
         self._synced_seq = self._head.seq
-        _sync_directory(self.path.parent)
+        sync_directory(self.path.parent, "audit log")
         log.info("audit log rotated: %s holds seq %d to %d", renamed.name, first, last)
 
     def _rotation_failed(self, error: OSError) -> None:
@@ -333,18 +333,6 @@ def _write_all(fd: int, line: bytes) -> None:
         if written == 0:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         view = view[written:]
-
-
-def _sync_directory(directory: Path) -> None:
-    """A rename is durable once its directory is."""
-    try:
-        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-    except OSError as error:
-        log.warning("audit log directory %s could not be forced to the disk (%s)", directory, error.strerror)
 
 
 def _rotated_head(path: Path) -> ChainHead:

@@ -4,7 +4,9 @@ A new bundle is built off to the side (read, signature, schema, catalog and pric
 checks, its own policy tests, plan checks) and swapped in with one reference
 assignment, so a request keeps the bundle it started with. A bundle that fails any
 check never becomes active: the old one keeps serving and the failure is logged.
-Reloads happen on SIGHUP and when the bundle's files change.
+Reloads happen on SIGHUP and when the bundle's files change. Each activation and each
+refusal is also an audit record (``bundle_activated`` / ``bundle_refused``), which the
+operational events are derived from.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import traceback
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.config import Config
 from portcullis.engine.activation import ActiveBundle, activate
 from portcullis.engine.bundle import BundleError, parse_bundle, read_bundle_files
 from portcullis.engine.rego import PolicyError
 
 log = logging.getLogger("portcullis.bundles")
+
+MAX_AUDITED_REASON = 500  # a refusal is a bundle check's message; cut so one record stays a line, not a file
 
 
 def load_bundle(config: Config, providers: Collection[str], today: dt.date) -> ActiveBundle:
@@ -71,8 +76,11 @@ class BundleManager:
         providers: Collection[str],
         active: ActiveBundle,
         today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.UTC).date(),
+        *,
+        audit: AuditLog | None = None,
     ) -> None:
         self._config = config
+        self._audit = audit
         self._providers = providers
         self._today = today
         self.active = active
@@ -98,11 +106,17 @@ class BundleManager:
             previous, self.active = self.active, candidate
             self.last_error = None
             log.info("bundle reload (%s): revision %r -> %r (%s)", trigger, previous.revision, candidate.revision, candidate.digest[:12])
+            if self._audit is not None:
+                self._audit.append(
+                    "bundle_activated", trigger=trigger, previous_revision=previous.revision, revision=candidate.revision, digest=candidate.digest
+                )
             return True
 
     def _refuse(self, trigger: str, reason: str) -> bool:
         self.last_error = " ".join(part.strip() for part in reason.splitlines() if part.strip())  # one log line per refusal
         log.error("bundle reload (%s) refused, still serving revision %r: %s", trigger, self.active.revision, self.last_error)
+        if self._audit is not None:  # a bundle check's message: files, data paths, rule ids, test names, bundle lines; never a request's text or a credential
+            self._audit.append("bundle_refused", trigger=trigger, serving_revision=self.active.revision, reason=self.last_error[:MAX_AUDITED_REASON])
         return False
 
     async def watch(self) -> None:

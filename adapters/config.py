@@ -13,7 +13,10 @@ from typing import Any
 
 import yaml
 
+from portcullis.adapters.audit_config import AuditConfig, audit_config
+from portcullis.adapters.capture import CaptureConfig, CaptureConfigError, capture_config
 from portcullis.adapters.endpoint_config import EndpointConfigError, EndpointPool, endpoint_pool
+from portcullis.adapters.events.config import EventsConfig, EventsConfigError, events_config, legacy_integrity_webhook
 from portcullis.adapters.telemetry.config import TelemetryConfig, TelemetryConfigError, telemetry_config
 from portcullis.engine import schemas
 from portcullis.engine.signing import VerificationKey
@@ -94,8 +97,6 @@ class IntegrityConfig:
     spotlight_key_env: str | None = None
     hop_key_env: str | None = None
     scan_cache_entries: int = 10_000
-    webhook_url: str | None = None
-    webhook_timeout_seconds: float = 5.0
 
     def spotlight_key(self) -> bytes | None:
         """Read the boundary key; called once at start-up so a missing one fails fast."""
@@ -202,7 +203,7 @@ class Config:
     watch_interval: float
     providers: dict[str, ProviderConfig]
     store: StoreConfig
-    audit_path: Path
+    audit: AuditConfig
     max_request_bytes: int
     max_attempts: int
     key_cache_seconds: float
@@ -218,6 +219,8 @@ class Config:
     request_limits: RequestLimits = field(default_factory=lambda: RequestLimits())
     workers: int = 1  # gateway processes on the one port ("auto" in the file: the cores this process may use)
     telemetry: TelemetryConfig = field(default_factory=lambda: TelemetryConfig())
+    capture: CaptureConfig = field(default_factory=CaptureConfig)  # off unless configured
+    events: EventsConfig = field(default_factory=EventsConfig)  # no webhook unless configured
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def provider_regions(self) -> dict[str, str | None]:
@@ -301,11 +304,19 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
     auth = document.get("auth", {})
     pii = document.get("pii", {})
     ner, vault = pii.get("ner", {}), pii.get("vault", {})
-    integrity, webhook = document.get("integrity", {}), document.get("integrity", {}).get("webhook", {})
+    integrity = document.get("integrity", {})
     workers = _workers(document.get("workers", "auto"))
     try:
         telemetry = telemetry_config(document.get("telemetry", {}), resolve, workers)
     except TelemetryConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    try:
+        capture = capture_config(document, resolve)
+        events = events_config(document.get("events"))
+        if "webhook" in integrity:  # the older form: denied tool calls, unsigned
+            legacy = integrity["webhook"]
+            events = events.with_webhook(legacy_integrity_webhook(legacy["url"], legacy.get("timeout_seconds", 5.0)))
+    except (CaptureConfigError, EventsConfigError) as error:
         raise ConfigError(f"{source}: {error}") from None
     return Config(
         source=source,
@@ -331,7 +342,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             redis_pool=RedisPoolConfig(**store.get("redis_pool", {})),
             postgres_pool=PostgresPoolConfig(**store.get("postgres_pool", {})),
         ),
-        audit_path=resolve(document.get("audit", {}).get("path", ".portcullis/audit.jsonl")),
+        audit=audit_config(document.get("audit", {}), resolve),
         max_request_bytes=limits.get("max_request_bytes", 16 * 1024 * 1024),
         max_attempts=limits.get("max_attempts", 3),
         count_tokens_per_minute=limits.get("count_tokens_per_minute", 300),
@@ -352,11 +363,11 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
             spotlight_key_env=integrity.get("spotlight_key_env"),
             hop_key_env=integrity.get("hop_key_env"),
             scan_cache_entries=integrity.get("scan_cache_entries", 10_000),
-            webhook_url=webhook.get("url"),
-            webhook_timeout_seconds=webhook.get("timeout_seconds", 5.0),
         ),
         request_limits=RequestLimits(**{name: limits[name] for name in _REQUEST_LIMITS if name in limits}),
         telemetry=telemetry,
+        capture=capture,
+        events=events,
         raw=document,
     )
 

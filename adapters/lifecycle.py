@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 import uvicorn
 
 from portcullis.adapters.audit_log import AuditLog
+from portcullis.adapters.capture import BodyCapture
 
 log = logging.getLogger("portcullis")
 
 FINALIZE_SECONDS = 5.0  # after the drain: for cancelled requests to settle and record their outcome
 AUDIT_TICK_SECONDS = 1.0  # how often held audit records are tried again, old files rotated, records forced to disk
+CAPTURE_PURGE_SECONDS = 600.0  # how often expired body captures are deleted
 
 
 class SignalFreeServer(uvicorn.Server):
@@ -79,3 +82,17 @@ async def tend_audit(audit: AuditLog) -> None:
             await audit.tick()
         except OSError as error:  # the next tick tries again; a write path failure is the log's own to report
             log.error("audit log upkeep failed: %s", error.strerror)
+
+
+async def purge_captures(capture: BodyCapture) -> None:
+    """Captures past their retention are deleted by the gateway itself, on a thread (a
+    directory scan), so retention holds without a job of its own beside it."""
+    while True:
+        try:
+            deleted = await asyncio.to_thread(capture.purge, dt.datetime.now(dt.UTC))
+        except OSError as error:  # the next round tries again
+            log.error("purging expired captures failed: %s", error.strerror)
+        else:
+            if deleted:
+                log.info("purged %d expired captures", deleted)
+        await asyncio.sleep(CAPTURE_PURGE_SECONDS)

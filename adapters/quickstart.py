@@ -52,7 +52,7 @@ def probe_port(host: str, port: int, timeout: float = 2.0) -> Occupant:
 def state_dir(config: Config) -> Path:
     """Where the quickstart keeps its state: beside the embedded store's file, else
     beside the audit log."""
-    return (config.store.path if config.store.kind == "embedded" else config.audit_path).parent
+    return (config.store.path if config.store.kind == "embedded" else config.audit.path).parent
 
 
 def stored_demo_key(directory: Path) -> dict[str, Any] | None:
@@ -151,7 +151,7 @@ Portcullis is ready on {base} (bundle revision {bundle.revision!r}).
     export PORTCULLIS_KEY={key}
 
   Policies on for team {team} (the bundle's data in {shown(config.bundle_path)}/portcullis/*/data.yaml;
-  each request's decision is in the audit log {shown(config.audit_path)}):
+  each request's decision is in the audit log {shown(config.audit.path)}):
 {policies}
 
   Anthropic Messages with curl:

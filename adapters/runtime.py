@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from portcullis.adapters import offload
+from portcullis.adapters.anchors.anchorer import Anchorer
+from portcullis.adapters.anchors.base import AnchorSinkError
+from portcullis.adapters.anchors.sinks import open_sinks
 from portcullis.adapters.audit_log import AuditLog
 from portcullis.adapters.auth import Authenticator
 from portcullis.adapters.aws_credentials import configured_seal
@@ -17,14 +20,16 @@ from portcullis.adapters.breakers import BreakerFacts, Breakers
 from portcullis.adapters.budget_facts import BudgetFacts
 from portcullis.adapters.bundles import BundleManager, load_bundle
 from portcullis.adapters.cache_domain import CacheDomainPin
+from portcullis.adapters.capture import BodyCapture, CaptureConfigError, open_capture
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.count_limit import count_limit
 from portcullis.adapters.dispatch import Dispatcher
+from portcullis.adapters.events.audit_events import EventPublisher
+from portcullis.adapters.events.config import EventsConfigError
 from portcullis.adapters.executor import Executor
 from portcullis.adapters.governance import Governance
 from portcullis.adapters.heap import freeze_startup_heap
 from portcullis.adapters.integrity.guard import PromptIntegrity
-from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.intent.classifier import IntentClassifier
 from portcullis.adapters.intent.features import FeatureSource
 from portcullis.adapters.intent.routers import BundleRouters
@@ -39,6 +44,7 @@ from portcullis.adapters.providers.keys import KeyPool
 from portcullis.adapters.store import Store, open_store
 from portcullis.adapters.store import hosted as shared_state
 from portcullis.adapters.telemetry.serving import Telemetry
+from portcullis.adapters.telemetry.upkeep_metrics import watch_upkeep
 
 if TYPE_CHECKING:
     from portcullis.adapters.store.state_host import StateClient
@@ -58,16 +64,21 @@ class Runtime:
     pii: PiiGuard
     integrity: PromptIntegrity
     telemetry: Telemetry
+    capture: BodyCapture | None = None
+    events: EventPublisher | None = None
+    anchorer: Anchorer | None = None
 
     async def close(self) -> None:
         """Release everything; one part failing to close does not keep the others open.
         The audit log closes last, so what closing the others records still reaches it."""
         closers: list[tuple[str, Any]] = [
             ("the PII guard", self.pii.close),
-            ("prompt integrity", self.integrity.close),
             *((f"provider {name}", provider.close) for name, provider in self.providers.items()),
+            ("the store gauges", self.telemetry.stop_store_gauges),  # before the store they read
             ("the store", self.store.close),
             ("telemetry", self.telemetry.close),
+            *((("the event webhooks", self.events.close),) if self.events is not None else ()),
+            *((("the audit anchors", self.anchorer.close),) if self.anchorer is not None else ()),  # the final head, before the log closes
             ("the audit log", self.audit.close),
         ]
         for name, close in closers:
@@ -90,18 +101,31 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
     # read; a pool of pods reads the active bundle's endpoint policy on each request.
     providers = {name: build_provider(provider, lambda: bundles.active.endpoints) for name, provider in config.providers.items()}
     active = load_bundle(config, config.provider_regions(), clock().date())
-    bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date())
     seal = configured_seal(config.aws_credentials)  # a missing or malformed seal key stops start-up here
+    try:
+        capture = open_capture(config.capture, config.pii.vault_key())  # as the seal: a missing or reused key stops it
+        events = EventPublisher.build(config.events)  # reads the webhooks' secrets: a missing one stops start-up
+    except (CaptureConfigError, EventsConfigError) as error:
+        raise ConfigError(f"{config.source}: {error}") from None
     sole_gateway = config.workers == 1 and hosted is None  # several workers judge the file's counters together
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window, sole_gateway=sole_gateway)
     if hosted is not None:
         store = shared_state.shared_store(store, hosted)
     try:
         pools = {name: KeyPool(provider, store.capacity) for name, provider in config.providers.items()}  # reads the secrets
-        audit = AuditLog(config.audit_path)
+        audit = AuditLog(config.audit.path, writing=config.audit.writing)
     except BaseException:
         await store.close()
         raise
+    if events is not None:
+        audit.subscribe(events)  # events are derived from the records, nothing else
+    try:
+        anchorer = await anchor_audit(config, audit)  # a sink that cannot open (no Object Lock, a missing secret) stops start-up
+    except BaseException:
+        await store.close()
+        audit.close()
+        raise
+    bundles = BundleManager(config, config.provider_regions(), active, lambda: clock().date(), audit=audit)
     authenticator = Authenticator(store, config.key_cache_seconds, seal=seal)
     breakers = Breakers(store.breakers, audit)
     try:
@@ -110,6 +134,9 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
         await store.close()
         audit.close()
         raise
+    telemetry.watch_store(store.ledger, store.capacity, pools, clock)  # budget utilisation, keys' limits and cool-downs
+    if telemetry.metrics is not None:
+        watch_upkeep(telemetry.registry, anchorer, events)
     pooled = [name for name, provider in config.providers.items() if provider.pool is not None]
     dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled, breakers)
     governance = Governance(store.ledger, providers, audit, clock)
@@ -117,9 +144,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
     vault = shared_state.shared_vault(hosted) if hosted is not None else None
     pii = await build_pii_guard(config.pii, store, config.store.redis_prefix, {"classifier": classifier}, vault)
     settings = config.integrity
-    webhook = Webhook(settings.webhook_url, settings.webhook_timeout_seconds) if settings.webhook_url else None
     hops = frozenset(name for name, provider in config.providers.items() if provider.gateway_hop)
-    integrity = PromptIntegrity(settings.spotlight_key(), settings.scan_cache_entries, webhook, settings.hop_key(), hops)
+    integrity = PromptIntegrity(settings.spotlight_key(), settings.scan_cache_entries, settings.hop_key(), hops)
     # Filters run first, PII before integrity (the scanner reads what will be sent; the
     # operator's prompt is not the client's data); governance then sizes and reserves
     # exactly what goes upstream. Answer guards run in the same order. A token count's
@@ -150,9 +176,22 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
         facts=facts,
         observers=telemetry.observers,
         tracer=telemetry.tracer,
+        capture=capture,
     )
     freeze_startup_heap()
-    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity, telemetry)
+    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity, telemetry, capture, events, anchorer)
+
+
+async def anchor_audit(config: Config, audit: AuditLog) -> Anchorer | None:
+    """The anchorer of ``audit.anchor``'s sinks, opened (and checked: S3 Object Lock) now."""
+    anchor = config.audit.anchor
+    if anchor is None:
+        return None
+    try:
+        sinks = await open_sinks(anchor, config.audit.path)
+    except AnchorSinkError as error:
+        raise ConfigError(f"{config.source}: audit.anchor: {error}") from None
+    return Anchorer(audit, sinks, anchor)
 
 
 async def build_pii_guard(config: PiiConfig, store: Store, redis_prefix: str, detectors: dict[str, Detector], vault: Vault | None = None) -> PiiGuard:

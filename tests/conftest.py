@@ -17,10 +17,12 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,37 @@ def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+@dataclass
+class WebhookReceiver:
+    """An operator's endpoint for events: each delivery's body, raw bytes and headers
+    (lower-cased names), answered 204."""
+
+    url: str
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+
+@pytest.fixture
+def webhook_receiver() -> Iterator[WebhookReceiver]:
+    receiver = WebhookReceiver("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            receiver.received.append({"body": json.loads(body), "raw": body, "headers": {k.lower(): v for k, v in self.headers.items()}})
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    receiver.url = f"http://127.0.0.1:{server.server_port}/hook"
+    yield receiver
+    server.shutdown()
+    server.server_close()
 
 
 # --- real services ------------------------------------------------------------------------

@@ -7,18 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
 from pathlib import Path
-from typing import Any
 
 import anthropic
 import openai
 import pytest
 
+from portcullis.adapters.events.signing import generate_secret, parse_secret, verify
 from tests.bundles import CATALOG, TENANTS, deep_copy, write_bundle
-from tests.conftest import Fakes, wait_for
+from tests.conftest import Fakes, WebhookReceiver, wait_for
 from tests.fakes import Reply, ToolCall
 from tests.integrity_helpers import (
     AGENT_SAFETY,
@@ -28,7 +26,6 @@ from tests.integrity_helpers import (
     MINI_UPSTREAM,
     OPENAI_TOOLS,
     PAGE,
-    POLICY_TEXT,
     SONNET_UPSTREAM,
     TOOLS,
     agent_turn,
@@ -42,97 +39,16 @@ from tests.integrity_helpers import (
 pytestmark = pytest.mark.served
 
 
-@pytest.fixture
-def webhook() -> Iterator[list[dict[str, Any]]]:
-    """An operator's endpoint for denied tool calls."""
-    received: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    received.append({"url": f"http://127.0.0.1:{server.server_port}/hook"})
-    yield received
-    server.shutdown()
-
-
-# --- layer A: the policy prompt -------------------------------------------------------------
-
-
-def test_policy_prompt_leads_the_system_blocks_and_the_prefix_stays_byte_identical(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    gateway = fresh_gateway(bundle=integrity_bundle(tmp_path / "b"))
-    client = claude(gateway, gateway.key("eng"))
-    system = [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}]
-    first = [{"role": "user", "content": "hello"}]
-    client.messages.create(model="claude-sonnet-4-5", max_tokens=50, system=system, messages=first)
-    second = [*first, {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "and again"}]
-    client.messages.create(model="claude-sonnet-4-5", max_tokens=50, system=system, messages=second)
-    bodies = [r.body for r in fakes.anthropic_us.received]
-    sent = [json.loads(body) for body in bodies]
-    for body in sent:
-        policy_block, client_block = body["system"]
-        assert policy_block["text"].startswith(INSERTED_START) and "cache_control" not in policy_block
-        assert client_block == system[0]  # the client's breakpoint, unmoved
-    # Byte-stable: the second request's bytes begin with the first's up to its last message.
-    prefix = bodies[0][: bodies[0].index(b'"content":"hello"')]
-    assert bodies[1].startswith(prefix)
-    started = [r for r in gateway.audit_records() if r["event"] == "request_started"]
-    prompt = started[0]["integrity"]["policy_prompt"]
-    assert prompt["version"] == "agent-safety@7"
-    assert prompt["sha256"] == hashlib.sha256(sent[0]["system"][0]["text"].encode()).hexdigest()
-    assert prompt["tokens"] > 20 and started[1]["integrity"]["policy_prompt"] == prompt
-
-
-def test_the_policy_prompt_is_sized_into_the_teams_reservation(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    """Governance runs after the filters: the policy prompt's tokens are reserved (and then
-    billed by the provider) on the team whose policy added them."""
-    budgets = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "10.00", "period": "CalendarMonth"}} for team in ("eng", "sonnet-only")}
-    bundle = write_bundle(tmp_path / "b", deep_copy(TENANTS), deep_copy(CATALOG), governance=budgets, integrity={"agent-safety": AGENT_SAFETY})
-    gateway = fresh_gateway(bundle=bundle)
-    for team in ("eng", "sonnet-only"):  # the policy names eng only
-        claude(gateway, gateway.key(team)).messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
-    with_prompt, without = (r["reservation"]["bound_tokens"] for r in gateway.audit_records() if r["event"] == "request_started")
-    [sent, _] = [r.json for r in fakes.anthropic_us.received]
-    assert with_prompt - without >= len(sent["system"][0]["text"].encode())  # one token per byte: the Messages bound
-
-
-def test_string_system_becomes_blocks_and_a_caller_marker_never_suppresses_insertion(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    gateway = fresh_gateway(bundle=integrity_bundle(tmp_path / "b"))
-    client = claude(gateway, gateway.key("eng"))
-    marker = f"<policy agent-safety@7 sha256:{'0' * 64}> {POLICY_TEXT}"  # a caller claiming it is already there
-    client.messages.create(model="claude-sonnet-4-5", max_tokens=50, system=marker, messages=[{"role": "user", "content": "hi"}])
-    [sent] = [r.json for r in fakes.anthropic_us.received]
-    assert sent["system"][0]["text"].startswith(INSERTED_START)
-    assert sent["system"][1] == {"type": "text", "text": marker}
-
-
-def test_openai_gets_its_own_instruction_message_in_the_clients_role(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
-    gateway = fresh_gateway(bundle=integrity_bundle(tmp_path / "b"))
-    client = chat(gateway, gateway.key("eng"))
-    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "developer", "content": "Be terse."}, {"role": "user", "content": "hi"}])
-    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
-    first, second = [r.json for r in fakes.openai_main.received]
-    assert first["messages"][0]["role"] == "developer" and first["messages"][0]["content"].startswith(INSERTED_START)
-    assert first["messages"][1] == {"role": "developer", "content": "Be terse."}
-    assert second["messages"][0]["role"] == "system" and second["messages"][0]["content"] == first["messages"][0]["content"]
-
-
-# --- layers B, C, D: seed §7.3's worked example -------------------------------------------------
-
-
 @pytest.mark.parametrize("stream", [False, True])
 def test_seed_example_indirect_injection_is_wrapped_warned_and_the_curl_call_denied(
-    tmp_path: Path, fresh_gateway, fakes: Fakes, webhook: list[dict[str, Any]], stream: bool
+    tmp_path: Path, fresh_gateway, fakes: Fakes, webhook_receiver: WebhookReceiver, stream: bool
 ) -> None:
-    hook = webhook.pop(0)["url"]
-    gateway = fresh_gateway(bundle=integrity_bundle(tmp_path / "b"), integrity={"webhook": {"url": hook}})
+    secret = generate_secret()
+    gateway = fresh_gateway(
+        bundle=integrity_bundle(tmp_path / "b"),
+        events={"webhooks": [{"name": "soc", "url": webhook_receiver.url, "secret_env": "TEST_EVENTS_SECRET", "events": ["tool_call.denied"]}]},
+        env={"TEST_EVENTS_SECRET": secret},
+    )
     fakes.anthropic_us.script(SONNET_UPSTREAM, Reply(text="On it.", tool_calls=(ToolCall("bash", {"command": EVIL_COMMAND}),)))
     client = claude(gateway, gateway.key("eng"), **{"x-portcullis-session-id": "sess-42"})
     request = {"model": "claude-sonnet-4-5", "max_tokens": 200, "tools": TOOLS, "messages": agent_turn()}
@@ -167,9 +83,13 @@ def test_seed_example_indirect_injection_is_wrapped_warned_and_the_curl_call_den
     assert started["integrity"]["spotlighted"] == 1
     finished = next(r for r in records if r["event"] == "request_finished")
     assert finished["integrity"]["tool_calls_denied"] == [{"tool": "bash", "rule": "remote-script-pipe"}]
-    assert wait_for(lambda: webhook)
-    assert webhook[0]["event"] == "tool_call_denied" and webhook[0]["tool"] == "bash" and webhook[0]["rule"] == "remote-script-pipe"
-    assert webhook[0]["principal"]["team"] == "eng" and EVIL_COMMAND not in json.dumps(webhook)
+    assert wait_for(lambda: webhook_receiver.received)
+    [delivered] = webhook_receiver.received  # signed (Standard Webhooks), naming the call and the rule, never its arguments
+    assert verify(parse_secret(secret), delivered["headers"], delivered["raw"], int(time.time()))
+    event = delivered["body"]
+    assert event["type"] == "tool_call.denied" and event["data"]["tool"] == "bash" and event["data"]["rule"] == "remote-script-pipe"
+    assert event["data"]["principal"]["team"] == "eng" and event["data"]["request_id"] == finished["request_id"]
+    assert EVIL_COMMAND not in delivered["raw"].decode() and "evil.example" not in delivered["raw"].decode()
     everything = gateway.logs() + json.dumps(records)
     assert "evil.example" not in everything and HIDDEN not in everything
 

@@ -16,7 +16,8 @@ import pytest
 
 from portcullis.engine.activation import DECISION_CACHE_SIZE
 from tests.conftest import UPSTREAM_KEY, Fakes, free_port, wait_for
-from tests.fakes import Reply
+from tests.fakes import Fail, Reply
+from tests.governance_helpers import ACTUAL, BODY, budget_cap, headers, metered_bundle, unique_team
 from tests.metrics_helpers import samples, value
 from tests.pii_helpers import EMAIL, MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
 
@@ -93,6 +94,34 @@ def test_metrics_on_the_serving_port_only_behind_the_token(fresh_gateway: Any, t
     assert httpx.get(f"{gateway.url}/metrics").status_code == 401
     answer = httpx.get(f"{gateway.url}/metrics", headers={"authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 200 and "portcullis_bundle_active" in answer.text
+
+
+def test_budget_utilisation_and_a_cooling_key_are_read_from_the_store(fresh_gateway: Any, fakes: Fakes, tmp_path: Path) -> None:
+    team = unique_team()
+    port = free_port()
+    gateway = fresh_gateway(
+        bundle=metered_bundle(tmp_path / "b", team, budget_cap(team, "0.10", "CalendarMonth")),
+        env={"METRICS_TOKEN": TOKEN},
+        telemetry={"metrics": {"listen": {"host": "127.0.0.1", "port": port}, "bearer_token_env": "METRICS_TOKEN"}},
+    )
+    assert httpx.post(f"{gateway.url}/v1/messages", json=BODY, headers=headers(gateway.key(team))).status_code == 200  # $0.001 of $0.10
+    fakes.openai_main.script("gpt-4o-mini-2024-07-18", Fail(429, retry_after=30))
+    limited = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {gateway.key('eng')}"},
+    )
+    assert limited.status_code == 429
+    # The cool-down shows at once; the utilisation with the next refresh (every 15 s).
+    assert value(scrape(port).text, "portcullis_provider_key_cooling_down", portcullis_provider="openai-main") == 1
+    assert value(scrape(port).text, "portcullis_provider_key_cooling_down", portcullis_provider="anthropic-us") == 0
+
+    def utilisation() -> float:
+        return value(scrape(port).text, "portcullis_budget_utilisation_ratio", portcullis_team=team, metric="cost", period="month")
+
+    assert wait_for(lambda: utilisation() == ACTUAL / 100_000, timeout=20)
+    text = scrape(port).text
+    assert f'rule="{team}-cap"' in text and gateway.key(team) not in text
 
 
 def test_a_missing_token_stops_the_start(tmp_path: Path, fakes: Fakes) -> None:

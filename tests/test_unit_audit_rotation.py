@@ -5,34 +5,25 @@ rewritten tail."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
 import pytest
 
-from portcullis.adapters.audit_files import chain_files, segments
+from portcullis.adapters.audit_files import segments
 from portcullis.adapters.audit_log import AuditLog, AuditLogError, AuditWriting
 from portcullis.adapters.cli import main
 from portcullis.engine.audit_anchors import Anchor, compare, parse_anchor
 from portcullis.engine.audit_chain import verify
-
-
-def _write(log: AuditLog, count: int) -> None:
-    for n in range(count):
-        log.append("request_finished", request_id=f"req_{n}", pad="x" * 200)
+from tests.audit_helpers import all_records, forge_tail, write_records
 
 
 def _rotated(tmp_path: Path, rotate_bytes: int, count: int) -> Path:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, writing=AuditWriting(rotate_bytes=rotate_bytes, fsync="never"))
-    _write(log, count)
+    write_records(log, count)
     log.close()
     return path
-
-
-def _all_records(path: Path) -> list[dict]:
-    return [json.loads(line) for file in chain_files(path) for line in file.read_bytes().splitlines()]
 
 
 def test_rotation_by_size_keeps_one_chain_over_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,7 +32,7 @@ def test_rotation_by_size_keeps_one_chain_over_the_files(tmp_path: Path, capsys:
     assert len(rotated) >= 3
     first, last = rotated[0].name.split(".")[1].split("-")
     assert int(first) == 1 and int(last) == len(rotated[0].read_bytes().splitlines())
-    records = _all_records(path)
+    records = all_records(path)
     assert [r["seq"] for r in records] == list(range(1, 41))
     assert main(["audit", "verify", str(path)]) == 0
     assert "40 records in" in capsys.readouterr().out
@@ -50,13 +41,13 @@ def test_rotation_by_size_keeps_one_chain_over_the_files(tmp_path: Path, capsys:
 def test_a_new_file_after_a_rotation_continues_the_chain_on_restart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, writing=AuditWriting(rotate_bytes=300, fsync="never"))
-    _write(log, 1)  # one record fills the file: it rotates at once, the live file is empty
+    write_records(log, 1)  # one record fills the file: it rotates at once, the live file is empty
     log.close()
     assert path.read_bytes() == b"" and len(segments(path)) == 1
     log = AuditLog(path, writing=AuditWriting(rotate_bytes=0, fsync="always"))
-    _write(log, 2)
+    write_records(log, 2)
     log.close()
-    assert [r["seq"] for r in _all_records(path)] == [1, 2, 3]
+    assert [r["seq"] for r in all_records(path)] == [1, 2, 3]
     assert main(["audit", "verify", str(path)]) == 0
 
 
@@ -78,19 +69,19 @@ def test_verify_starts_at_the_oldest_file_still_here(tmp_path: Path, capsys: pyt
 def test_rotation_by_age_happens_without_traffic(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, writing=AuditWriting(rotate_bytes=0, rotate_seconds=0.2, fsync="interval", fsync_interval=0.01))
-    _write(log, 3)
+    write_records(log, 3)
     time.sleep(0.3)
     asyncio.run(log.tick())
     assert len(segments(path)) == 1 and path.read_bytes() == b""
-    _write(log, 1)
+    write_records(log, 1)
     log.close()
-    assert [r["seq"] for r in _all_records(path)] == [1, 2, 3, 4]
+    assert [r["seq"] for r in all_records(path)] == [1, 2, 3, 4]
 
 
 def test_a_second_process_cannot_take_a_rotating_log(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, writing=AuditWriting(rotate_bytes=300, fsync="never"))
-    _write(log, 2)
+    write_records(log, 2)
     with pytest.raises(AuditLogError, match="in use by another process"):
         AuditLog(path)
     log.close()
@@ -98,7 +89,7 @@ def test_a_second_process_cannot_take_a_rotating_log(tmp_path: Path) -> None:
 
 def test_synced_head_is_the_last_record_written(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "audit.jsonl")
-    _write(log, 5)
+    write_records(log, 5)
     head = asyncio.run(log.synced_head())
     assert head == log.head and head.seq == 5
     log.close()
@@ -107,9 +98,9 @@ def test_synced_head_is_the_last_record_written(tmp_path: Path) -> None:
 def _chain(tmp_path: Path, count: int) -> tuple[Path, list[dict]]:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, writing=AuditWriting(fsync="never"))
-    _write(log, count)
+    write_records(log, count)
     log.close()
-    return path, _all_records(path)
+    return path, all_records(path)
 
 
 def _anchor(record: dict) -> Anchor:
@@ -135,16 +126,9 @@ def test_anchors_catch_a_truncated_tail_the_chain_accepts(tmp_path: Path) -> Non
 
 
 def test_anchors_catch_a_rewritten_tail(tmp_path: Path) -> None:
-    from portcullis.engine.audit_chain import seal
-
     path, records = _chain(tmp_path, 10)
     anchors = [_anchor(records[7])]
-    lines = path.read_bytes().splitlines(keepends=True)[:5]
-    prev = records[4]["hash"]
-    for seq in range(6, 11):  # an attacker with the disk re-seals a tail of their own
-        line, prev = seal({"event": "request_finished", "ts": records[seq - 1]["ts"], "request_id": "forged"}, seq, prev)
-        lines.append(line)
-    path.write_bytes(b"".join(lines))
+    forge_tail(path, keep=5, count=5)  # an attacker with the disk re-seals a tail of their own
     result = verify(path.open("rb"), wanted={8})
     assert result.ok
     report = compare(anchors, result.found, result.first_seq, result.head.seq)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 import time
@@ -20,66 +19,19 @@ from email.utils import format_datetime
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from portcullis.adapters.events.delivery import WebhookDelivery, WebhookTarget, backoff_delay, retry_after_seconds
 from portcullis.adapters.events.signing import generate_secret, new_message_id, parse_secret, signature_headers, verify
 from portcullis.adapters.json_bytes import compact
 from tests.fakes.server import free_port
+from tests.webhook_helpers import QUERY_TOKEN, Receiver
 
 SECRET = parse_secret("whsec_" + base64.b64encode(b"k" * 32).decode())
-QUERY_TOKEN = "qs-token-never-logged"
 Script = Sequence[tuple[int, dict[str, str]]]
 
 
 def run(scenario: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(scenario)
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    """A real HTTP receiver: answers ``script``'s (status, headers) in order, then 200.
-    ``hang`` holds every answer until the test ends (or ``hang`` seconds)."""
-
-    script: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (status, headers) answered in turn
-    hang: float = 0.0
-    received: list[Received] = field(default_factory=list)
-    url: str = ""
-    _runner: web.AppRunner | None = None
-    _release: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def __aenter__(self) -> Receiver:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}/hook?token={QUERY_TOKEN}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._release.set()
-        assert self._runner is not None
-        await self._runner.cleanup()
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, await request.read()))
-        if self.hang:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._release.wait(), self.hang)
-        status, headers = self.script.pop(0) if self.script else (200, {})
-        return web.Response(status=status, headers=headers)
-
-    def numbers(self) -> list[int]:
-        return [json.loads(item.body)["data"]["n"] for item in self.received]
 
 
 @dataclass

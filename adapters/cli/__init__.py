@@ -9,11 +9,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from portcullis.adapters.cli import audit, policy, serve, store
+from portcullis.adapters.cli import audit, capture, policy, serve, store
 from portcullis.adapters.cli.common import Failure
 from portcullis.adapters.config import ConfigError
 
-COMMAND_GROUPS = (serve, store, policy, audit)
+COMMAND_GROUPS = (serve, store, policy, audit, capture)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,7 +51,7 @@ class WebhookTarget:
 
     name: str
     url: str = field(repr=False)
-    secret: bytes | None = field(repr=False)  # None: unsigned, see the module's note
+    secret: bytes | tuple[bytes, ...] | None = field(repr=False)  # several while rotating: each signs; None: unsigned, see the module's note
     bearer_token: str | None = field(default=None, repr=False)  # sent as Authorization: Bearer
     timeout_seconds: float = 5.0  # each attempt, connecting to the last byte of the answer's head
     max_attempts: int = 6

@@ -25,7 +25,6 @@ from typing import Any
 
 from portcullis.adapters.integrity.answers import OutputGuard, ToolCallGuard, count_findings, inspect_arguments, withheld
 from portcullis.adapters.integrity.scan_cache import ScanCache
-from portcullis.adapters.integrity.webhook import Webhook
 from portcullis.adapters.offload import off_loop
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.pipeline import Admission, Exchange, ResponseGuard, Step
@@ -59,7 +58,6 @@ class PromptIntegrity(Step[IntegrityState]):
         self,
         spotlight_key: bytes | None = None,
         cache_entries: int = 10_000,
-        webhook: Webhook | None = None,
         hop_key: bytes | None = None,
         hop_providers: frozenset[str] = frozenset(),
     ) -> None:
@@ -67,7 +65,6 @@ class PromptIntegrity(Step[IntegrityState]):
         # that share one keep a session's prefix stable whichever of them serves it.
         self._spotlight_key = spotlight_key or os.urandom(32)
         self.cache = ScanCache(cache_entries)
-        self._webhook = webhook
         self._hop_key = hop_key
         self._hop_providers = hop_providers  # providers that are gateways sharing the hop key
 
@@ -119,10 +116,6 @@ class PromptIntegrity(Step[IntegrityState]):
             return {}
         return {hop.HEADER: hop.sign(self._hop_key, policy.prompt.sha256, state.boundary, int(time.time()))}
 
-    async def close(self) -> None:
-        if self._webhook is not None:
-            await self._webhook.close()
-
     # --- layer C ---------------------------------------------------------------------------
 
     async def _scan(self, exchange: Exchange, protocol: WireProtocol, policy: IntegrityPolicy, record: dict[str, Any], hop_boundary: str | None) -> None:
@@ -169,7 +162,7 @@ class PromptIntegrity(Step[IntegrityState]):
     def _tool_judge(self, exchange: Exchange, policy: IntegrityPolicy) -> Any:
         """Verdicts from the bundle, one call at a time, then the output guard over the
         call's decoded arguments (withhold stops the answer, redact denies the call: a
-        command cannot be half-run); denials are audited and sent to the webhook. A
+        command cannot be half-run); denials are audited (the ``tool_call.denied`` event comes from that record). A
         verdict that cannot be reached denies."""
         assert exchange.request is not None and exchange.principal is not None and exchange.bundle is not None
         declared = exchange.request.tools
@@ -211,16 +204,6 @@ class PromptIntegrity(Step[IntegrityState]):
             denied.append({"tool": printable(call.name)[:64], "rule": rule})
             exchange.audit_outcome.setdefault("integrity", {})["tool_calls_denied"] = denied
             log.warning("request %s: tool call denied by rule %s", exchange.request_id, rule)
-            if self._webhook is not None:
-                self._webhook.notify(
-                    {
-                        "event": "tool_call_denied",
-                        "request_id": exchange.request_id,
-                        "principal": principal.as_input(),
-                        "tool": printable(call.name)[:64],
-                        "rule": rule,
-                    }
-                )
             return str(reason)
 
         return judge

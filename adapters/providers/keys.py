@@ -5,6 +5,7 @@ the provider answered 429 on cools down, respecting retry-after, for every repli
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +22,9 @@ class ProviderKey:
 class Capacity(Protocol):
     async def take(self, provider: str, keys: list[KeyAllowance], tokens: int, start: int) -> Taken: ...
     async def cool_down(self, provider: str, key: str, seconds: float) -> None: ...
+    async def cooling(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """Seconds each (provider, key) still cools down, as the store sees it, for those cooling."""
+        ...
 
 
 class KeyPool:
@@ -31,6 +35,16 @@ class KeyPool:
         self._capacity = capacity
         self._cooldown = config.cooldown_seconds
         self._turn = itertools.count()  # where the next search starts, so load spreads over keys
+        self._listeners: list[Callable[[str, str, float], None]] = []
+
+    @property
+    def allowances(self) -> tuple[KeyAllowance, ...]:
+        """Each key's name and configured rpm / tpm (no secret)."""
+        return tuple(self._allowances)
+
+    def on_cool_down(self, listener: Callable[[str, str, float], None]) -> None:
+        """Call ``listener(provider, key name, seconds)`` after each cool-down the store recorded."""
+        self._listeners.append(listener)
 
     @property
     def first(self) -> ProviderKey:
@@ -42,4 +56,7 @@ class KeyPool:
         return (self._keys[taken.index] if taken.index is not None else None), taken.retry_after
 
     async def cool_down(self, key: ProviderKey, retry_after: int | None) -> None:
-        await self._capacity.cool_down(self.provider, key.name, retry_after if retry_after is not None else self._cooldown)
+        seconds = retry_after if retry_after is not None else self._cooldown
+        await self._capacity.cool_down(self.provider, key.name, seconds)
+        for listener in self._listeners:  # only once recorded: a cool-down the store refused never started
+            listener(self.provider, key.name, seconds)

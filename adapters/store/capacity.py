@@ -62,6 +62,12 @@ class MemoryCapacity:
         """Cool a key until ``until`` (this clock's seconds): a cool-down decided elsewhere."""
         self._cool_until[(provider, key)] = until
 
+    async def cooling(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """Seconds each (provider, key) still cools down, for those cooling."""
+        now = self._clock()
+        left = {pair: self._cool_until.get(pair, 0) - now for pair in keys}
+        return {pair: seconds for pair, seconds in left.items() if seconds > 0}
+
 
 # KEYS: per key (3 each): cooldown, requests this minute, tokens this minute.
 # ARGV: tokens, start, ms into the minute, then per key: rpm (-1: none), tpm (-1: none).
@@ -122,3 +128,17 @@ class RedisCapacity:
             await self._redis.set(f"{self._prefix}supply:{provider}:{key}:cooldown", "1", px=max(1, int(seconds * 1000)))
         except redis_errors.RedisError as error:
             raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
+
+    async def cooling(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """Seconds each (provider, key) still cools down, whichever replica cooled it: one
+        pipelined round trip of PTTLs."""
+        if not keys:
+            return {}
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for provider, key in keys:
+                    pipe.pttl(f"{self._prefix}supply:{provider}:{key}:cooldown")
+                left = await pipe.execute()
+        except redis_errors.RedisError as error:
+            raise StoreUnavailable(f"Redis is unavailable: {type(error).__name__}") from None
+        return {pair: ms / 1000 for pair, ms in zip(keys, left, strict=True) if ms > 0}  # -2: none, -1: no expiry (never written so)

@@ -138,3 +138,8 @@ class SharedCapacity:
 
     async def cool_down(self, provider: str, key: str, seconds: float) -> None:
         await self._hosted.cool_down(provider, key, seconds)
+
+    async def cooling(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """The cool-downs heard from the host (every worker's, and those that held when
+        this worker connected): no round trip."""
+        return await self._heard_cooling.cooling(keys)

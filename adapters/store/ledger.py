@@ -125,6 +125,12 @@ class Ledger(Protocol):
         never below any value the counter held."""
         ...
 
+    async def values(self, keys: list[str]) -> dict[str, int]:
+        """Each counter instance's current value (settled amounts plus open reservations,
+        what a reservation is judged against), for the calendar instances that exist;
+        one call whatever the number of keys (the budget utilisation gauge's read)."""
+        ...
+
     async def close(self) -> None: ...
 
 

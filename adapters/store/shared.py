@@ -199,16 +199,23 @@ class SharedLedger:
     async def peaks(self, keys: list[str]) -> dict[str, int]:
         """One MGET. A peak Redis does not have (a new period, a flushed or replaced Redis)
         is loaded with its counter from PostgreSQL first, as a reservation would."""
+        return await self._read(keys, ":peak")
+
+    async def values(self, keys: list[str]) -> dict[str, int]:
+        """One MGET, a missing counter loaded first as for ``peaks``."""
+        return await self._read(keys, "")
+
+    async def _read(self, keys: list[str], suffix: str) -> dict[str, int]:
         if not keys:
             return {}
-        peak_keys = [f"{self._key(key)}:peak" for key in keys]
+        redis_keys = [f"{self._key(key)}{suffix}" for key in keys]
         try:
-            values = await self._redis.mget(peak_keys)
+            values = await self._redis.mget(redis_keys)
             missing = [key for key, value in zip(keys, values, strict=True) if value is None and not key.endswith(f"|{WINDOW}")]
             if missing:
                 for key in missing:
                     await self._load_counter(key, instance_expiry(key.rsplit("|", 1)[1]))
-                values = await self._redis.mget(peak_keys)
+                values = await self._redis.mget(redis_keys)
         except RedisError as error:
             raise StoreUnavailable(f"the counters are unavailable: {type(error).__name__}") from None
         return {key: int(value) for key, value in zip(keys, values, strict=True) if value is not None}

@@ -82,6 +82,11 @@ class SqliteLedger:
             return {}
         return dict(self._db.execute(f"SELECT key, peak FROM counters WHERE key IN ({marks(len(keys))})", keys).fetchall())
 
+    async def values(self, keys: list[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        return dict(self._db.execute(f"SELECT key, value FROM counters WHERE key IN ({marks(len(keys))})", keys).fetchall())
+
     async def close(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)

@@ -160,6 +160,10 @@ class WriteBehindLedger:
         self._follow_other_writers()
         return {key: counter[2] for key, counter in self._memory.values(keys).items()}
 
+    async def values(self, keys: list[str]) -> dict[str, int]:
+        self._follow_other_writers()
+        return {key: counter[0] for key, counter in self._memory.values(keys).items()}
+
     async def close(self) -> None:
         try:
             self.flush()

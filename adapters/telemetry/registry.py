@@ -105,6 +105,13 @@ class Gauge(Instrument):
         return found
 
 
+class ObservedCounter(Gauge):
+    """A count kept elsewhere (a webhook delivery's, an anchorer's), read when collected:
+    a counter to its readers, so processes' counts add up."""
+
+    kind = "counter"
+
+
 @dataclass(frozen=True)
 class Described:
     """An instrument without its measurements: what a snapshot needs to be read elsewhere."""
@@ -132,6 +139,9 @@ class Registry:
 
     def gauge(self, name: str, unit: str, description: str, labels: tuple[str, ...], observe: Callable[[], Iterable[tuple[Labels, float]]]) -> Gauge:
         return self._add(Gauge(name, unit, description, labels, observe))
+
+    def observed_counter(self, name: str, unit: str, description: str, labels: tuple[str, ...], observe: Callable[[], Iterable[tuple[Labels, float]]]) -> Gauge:
+        return self._add(ObservedCounter(name, unit, description, labels, observe))
 
     def _add(self, instrument: InstrumentT) -> InstrumentT:
         if any(known.name == instrument.name for known in self._instruments):

@@ -17,10 +17,13 @@ from portcullis.adapters.telemetry.config import TelemetryConfig, TelemetryConfi
 from portcullis.adapters.telemetry.gateway_metrics import GatewayMetrics
 from portcullis.adapters.telemetry.listener import MetricsListener, authorised
 from portcullis.adapters.telemetry.registry import Registry
+from portcullis.adapters.telemetry.store_gauges import StoreGauges
 from portcullis.adapters.telemetry.tracing import Tracer
 
 if TYPE_CHECKING:
-    from portcullis.adapters.pipeline import RequestObserver
+    from portcullis.adapters.pipeline import Clock, RequestObserver
+    from portcullis.adapters.providers.keys import Capacity, KeyPool
+    from portcullis.adapters.store.ledger import Ledger
     from portcullis.adapters.worker import WorkerLink
 
 log = logging.getLogger("portcullis.metrics")
@@ -31,6 +34,7 @@ class Telemetry:
         self, settings: TelemetryConfig, provider_types: Mapping[str, str], active_bundle: Callable[[], Any], open_breakers: Callable[[], Mapping[str, str]]
     ) -> None:
         self._settings = settings
+        self._active_bundle = active_bundle
         self.registry = Registry()
         metrics = settings.metrics
         self.metrics = GatewayMetrics(self.registry, provider_types, active_bundle, open_breakers) if metrics is not None else None
@@ -39,6 +43,13 @@ class Telemetry:
         self._listener: MetricsListener | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._finally: list[Callable[[], Any]] = []  # sent once more as the process stops: its last counts
+        self.store_gauges: StoreGauges | None = None
+
+    def watch_store(self, ledger: Ledger, capacity: Capacity, pools: Mapping[str, KeyPool], clock: Clock) -> None:
+        """Budget utilisation and provider keys' limits and cool-downs, read from the store
+        by a background task that ``start`` starts (``store_gauges.py``); with metrics off, nothing."""
+        if self.metrics is not None and self.store_gauges is None:
+            self.store_gauges = StoreGauges(self.registry, ledger, capacity, pools, self._active_bundle, clock)
 
     @property
     def observers(self) -> tuple[RequestObserver, ...]:
@@ -77,6 +88,8 @@ class Telemetry:
             from portcullis.adapters.telemetry.otlp import OtlpPush
 
             self._send(metrics.otlp_interval_seconds, OtlpPush(metrics.otlp_endpoint, self.registry).export)
+        if self.store_gauges is not None:
+            self.store_gauges.start()
 
     def _send(self, seconds: float, action: Callable[[], Any]) -> None:
         self._tasks.append(asyncio.ensure_future(self._every(seconds, action)))
@@ -90,7 +103,13 @@ class Telemetry:
             except Exception as error:  # the next round tries again; requests never wait on this
                 log.warning("metrics could not be sent: %s", type(error).__name__)
 
+    async def stop_store_gauges(self) -> None:
+        """Stop reading the store, before it closes (``close`` does it too)."""
+        if self.store_gauges is not None:
+            await self.store_gauges.close()
+
     async def close(self) -> None:
+        await self.stop_store_gauges()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
