@@ -100,4 +100,4 @@ def _sink(entry: dict[str, Any], resolve: Callable[[str], Path]) -> SinkConfig:
 def _chain_name(text: str) -> str:
     """Only the characters a chain name may hold (a hostname may hold others)."""
     kept = "".join(c if c.isascii() and (c.isalnum() or c in "._:-") else "-" for c in text)
-    return kept[:128]
+    return kept[:120]  # room for a worker's .w<k>: sinks take names of up to 128

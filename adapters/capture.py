@@ -156,11 +156,16 @@ class BodyCapture:
             raise CaptureConfigError(f"capture.directory: cannot read {config.directory} ({error.strerror})") from None
         self._scanned_at = time.monotonic()
 
+    def wants(self, team: str) -> bool:
+        """Whether a request of ``team`` is captured: asked on the loop, so requests that
+        are not pay no hop to a thread."""
+        return self.config.enabled and (not self.config.teams or team in self.config.teams)
+
     def store(self, request_id: str, team: str, body: bytes, content_type: str, now: datetime) -> str | None:
         """The new capture's id, or None when it was skipped (not enabled, team not
         selected, too large, quota full, disk error)."""
         config = self.config
-        if not config.enabled or (config.teams and team not in config.teams):
+        if not self.wants(team):
             return None
         if time.monotonic() - self._scanned_at >= _RESCAN_EVERY:
             self._scanned_at = time.monotonic()

@@ -146,7 +146,7 @@ class Executor:
             log.exception("request %s: unexpected error at stage %s", exchange.request_id, stage)
             return await self._refuse(exchange, stage, internal_error(), layer)
         if self._capture is not None and operation == Operation.INFERENCE:
-            await self._captured(exchange)
+            await self._capture_body(exchange)
         try:
             self._audit.append_or_raise("request_started", **started_record(exchange))
         except AuditUnavailable:  # fail closed: nothing unaudited goes upstream
@@ -161,11 +161,15 @@ class Executor:
             log.exception("request %s: unexpected error during dispatch", exchange.request_id)
             return await self._finish_failed(exchange, internal_error())
 
-    async def _captured(self, exchange: Exchange) -> None:
+    async def _capture_body(self, exchange: Exchange) -> None:
         """The body as it goes upstream (masked), kept for investigations; its id in the
-        started record. Written on a thread: creating a file costs ~50 µs of the loop."""
+        started record. Written on a thread: creating a file costs ~50 µs of the loop. A
+        capture whose request is then refused (audit unavailable) is named by no record;
+        retention deletes it."""
         assert self._capture is not None and exchange.request is not None and exchange.principal is not None
         team, raw = exchange.principal.team, exchange.request.raw
+        if not self._capture.wants(team):  # asked here, on the loop: no thread hop for the others
+            return
         capture_id = await asyncio.to_thread(self._capture.store, exchange.request_id, team, raw, "application/json", exchange.arrived)
         if capture_id is not None:
             exchange.audit_started["capture_id"] = capture_id

@@ -77,8 +77,10 @@ class Runtime:
             ("the store gauges", self.telemetry.stop_store_gauges),  # before the store they read
             ("the store", self.store.close),
             ("telemetry", self.telemetry.close),
+            # The final anchor before the webhooks' grace period: a receiver that is down must
+            # not spend the time the log's last anchor needs before a SIGKILL.
+            *((("the audit anchors", self.anchorer.close),) if self.anchorer is not None else ()),
             *((("the event webhooks", self.events.close),) if self.events is not None else ()),
-            *((("the audit anchors", self.anchorer.close),) if self.anchorer is not None else ()),  # the final head, before the log closes
             ("the audit log", self.audit.close),
         ]
         for name, close in closers:
@@ -131,6 +133,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
     try:
         telemetry = Telemetry(config.telemetry, {name: p.type for name, p in config.providers.items()}, lambda: bundles.active, breakers.states)
     except BaseException:  # a missing metrics token stops start-up here
+        if anchorer is not None:
+            await anchorer.close()
         await store.close()
         audit.close()
         raise

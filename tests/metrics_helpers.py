@@ -23,3 +23,11 @@ def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 def value(text: str, name: str, **labels: str) -> float:
     """The sum of ``name``'s samples whose labels include ``labels``."""
     return sum(v for n, found, v in samples(text) if n == name and all(found.get(k) == want for k, want in labels.items()))
+
+
+def only(text: str, name: str, **labels: str) -> float:
+    """The value of ``name``'s one sample with ``labels``; fails when there is none (where
+    ``value`` would read a missing series as 0) or several."""
+    found = [v for n, have, v in samples(text) if n == name and all(have.get(k) == want for k, want in labels.items())]
+    assert len(found) == 1, f"{len(found)} samples of {name} with {labels}"
+    return found[0]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.audit_helpers import MOTO_KEY, MOTO_SECRET, all_records, locked_bucket, moto_s3, s3_admin
 from tests.conftest import free_port, wait_for
-from tests.metrics_helpers import value
+from tests.metrics_helpers import only
 
 pytestmark = pytest.mark.served
 
@@ -61,10 +61,14 @@ def test_the_head_is_anchored_to_a_file_and_a_locked_bucket_and_verify_uses_them
             assert httpx.post(f"{gateway.url}/v1/messages", json=HI, headers=headers).status_code == 200
             assert wait_for(lambda n=expected: anchors.exists() and len(anchors.read_text().splitlines()) >= n, timeout=10)
         # Both sinks caught up with the head (the check after the last request's records).
-        assert wait_for(lambda: value(httpx.get(f"http://127.0.0.1:{port}/metrics").text, "portcullis_audit_anchor_lag") == 0, timeout=5)
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-        assert value(metrics, "portcullis_audit_anchor_failing", sink=f"s3://{bucket}/portcullis-anchors/") == 0
-        assert value(metrics, "portcullis_audit_anchor_failures_total") == 0 and MOTO_SECRET not in metrics
+        sinks = (f"file:{anchors}", f"s3://{bucket}/portcullis-anchors/")
+        scraped = lambda: httpx.get(f"http://127.0.0.1:{port}/metrics").text  # noqa: E731
+        assert wait_for(lambda: all(only(scraped(), "portcullis_audit_anchor_lag", sink=sink) == 0 for sink in sinks), timeout=5)
+        metrics = scraped()
+        for sink in sinks:
+            assert only(metrics, "portcullis_audit_anchor_failing", sink=sink) == 0
+            assert only(metrics, "portcullis_audit_anchor_failures_total", sink=sink) == 0
+        assert MOTO_SECRET not in metrics
         gateway.stop()  # the final head is anchored as the gateway stops
 
         records = all_records(log)

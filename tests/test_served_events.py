@@ -17,7 +17,7 @@ from portcullis.adapters.events.signing import generate_secret, parse_secret, ve
 from tests.bundles import write_bundle
 from tests.conftest import Fakes, WebhookReceiver, free_port, wait_for
 from tests.governance_helpers import BODY, metered_bundle, unique_team
-from tests.metrics_helpers import value
+from tests.metrics_helpers import only, value
 
 pytestmark = pytest.mark.served
 
@@ -85,5 +85,5 @@ def test_bundle_activations_and_refusals_are_delivered(tmp_path: Path, fresh_gat
     assert len(set(ids)) == len(ids)  # one message id per event
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     assert value(metrics, "portcullis_events_deliveries_total", webhook="ops", result="delivered") == 2
-    assert value(metrics, "portcullis_events_deliveries_total", webhook="ops", result="failed") == 0
-    assert value(metrics, "portcullis_events_queued", webhook="ops") == 0 and webhook_receiver.url not in metrics
+    assert only(metrics, "portcullis_events_deliveries_total", webhook="ops", result="failed") == 0
+    assert only(metrics, "portcullis_events_queued", webhook="ops") == 0 and webhook_receiver.url not in metrics

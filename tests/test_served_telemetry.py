@@ -18,7 +18,7 @@ from portcullis.engine.activation import DECISION_CACHE_SIZE
 from tests.conftest import UPSTREAM_KEY, Fakes, free_port, wait_for
 from tests.fakes import Fail, Reply
 from tests.governance_helpers import ACTUAL, BODY, budget_cap, headers, metered_bundle, unique_team
-from tests.metrics_helpers import samples, value
+from tests.metrics_helpers import only, samples, value
 from tests.pii_helpers import EMAIL, MINI_UPSTREAM, SONNET_UPSTREAM, chat, claude, pii_bundle
 
 TOKEN = "metrics-token-0123456789"
@@ -114,7 +114,7 @@ def test_budget_utilisation_and_a_cooling_key_are_read_from_the_store(fresh_gate
     assert limited.status_code == 429
     # The cool-down shows at once; the utilisation with the next refresh (every 15 s).
     assert value(scrape(port).text, "portcullis_provider_key_cooling_down", portcullis_provider="openai-main") == 1
-    assert value(scrape(port).text, "portcullis_provider_key_cooling_down", portcullis_provider="anthropic-us") == 0
+    assert only(scrape(port).text, "portcullis_provider_key_cooling_down", portcullis_provider="anthropic-us") == 0
 
     def utilisation() -> float:
         return value(scrape(port).text, "portcullis_budget_utilisation_ratio", portcullis_team=team, metric="cost", period="month")

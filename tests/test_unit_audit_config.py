@@ -30,9 +30,9 @@ def test_unset_the_log_rotates_at_256_mib_syncs_each_second_and_is_not_anchored(
 
 
 def test_rotation_and_fsync_are_read_from_the_file(tmp_path: Path) -> None:
-    audit = load(tmp_path, {"path": "logs/a.jsonl", "rotate": {"max_bytes": 0, "max_age_seconds": 3600}, "fsync": "always", "fsync_interval_seconds": 0.5})
+    audit = load(tmp_path, {"path": "logs/a.jsonl", "rotate": {"max_bytes": 0, "max_age_seconds": 3600}, "fsync": "always", "fsync_interval_seconds": 2.5})
     assert audit.path == tmp_path / "logs" / "a.jsonl"
-    assert audit.writing == AuditWriting(rotate_bytes=0, rotate_seconds=3600, fsync="always", fsync_interval=0.5)
+    assert audit.writing == AuditWriting(rotate_bytes=0, rotate_seconds=3600, fsync="always", fsync_interval=2.5)
 
 
 def test_anchor_sinks_of_each_kind_and_the_default_chain_name(tmp_path: Path) -> None:
@@ -64,6 +64,8 @@ def test_anchor_sinks_of_each_kind_and_the_default_chain_name(tmp_path: Path) ->
     ("audit", "message"),
     [
         ({"fsync": "sometimes"}, "audit.fsync"),
+        ({"fsync_interval_seconds": 0.1}, "audit.fsync_interval_seconds"),
+        ({"anchor": {"chain": "c" * 121, "sinks": [{"type": "file", "path": "x"}]}}, "audit.anchor.chain"),
         ({"rotate": {"max_bytes": -1}}, "audit.rotate.max_bytes"),
         ({"rotate": {"every": 5}}, "'every' was unexpected"),
         ({"anchor": {"sinks": []}}, "audit.anchor.sinks"),

@@ -29,11 +29,11 @@ def _show(args: argparse.Namespace) -> int:
 
     config = _config(args)
     try:
-        key = config.capture.key(_vault_key(config))
-    except CaptureConfigError as error:
+        capture = BodyCapture(config.capture, config.capture.key(_vault_key(config)))
+    except CaptureConfigError as error:  # a missing key, or a directory that cannot be read
         raise ConfigError(f"{config.source}: {error}") from None
     try:
-        captured = BodyCapture(config.capture, key).read(args.capture_id)
+        captured = capture.read(args.capture_id)
     except CaptureError as error:
         raise Failure(str(error)) from None
     print(
@@ -51,7 +51,10 @@ def _purge(args: argparse.Namespace) -> int:
     from portcullis.adapters.capture import purge_expired
 
     capture = _config(args).capture
-    deleted, remaining = purge_expired(capture.directory, capture.retention_seconds, datetime.now(UTC))
+    try:
+        deleted, remaining = purge_expired(capture.directory, capture.retention_seconds, datetime.now(UTC))
+    except OSError as error:  # a capture this user may not delete: said, not a traceback
+        raise Failure(f"{capture.directory}: cannot purge: {error.strerror}") from None
     print(f"{capture.directory}: {deleted} expired capture(s) deleted, {remaining} bytes kept")
     return 0
 

@@ -140,7 +140,9 @@ class Registry:
     def gauge(self, name: str, unit: str, description: str, labels: tuple[str, ...], observe: Callable[[], Iterable[tuple[Labels, float]]]) -> Gauge:
         return self._add(Gauge(name, unit, description, labels, observe))
 
-    def observed_counter(self, name: str, unit: str, description: str, labels: tuple[str, ...], observe: Callable[[], Iterable[tuple[Labels, float]]]) -> Gauge:
+    def observed_counter(
+        self, name: str, unit: str, description: str, labels: tuple[str, ...], observe: Callable[[], Iterable[tuple[Labels, float]]]
+    ) -> ObservedCounter:
         return self._add(ObservedCounter(name, unit, description, labels, observe))
 
     def _add(self, instrument: InstrumentT) -> InstrumentT:

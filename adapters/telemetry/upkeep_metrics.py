@@ -17,13 +17,13 @@ def watch_upkeep(registry: Registry, anchorer: Anchorer | None, events: EventPub
         registry.gauge(
             "portcullis.audit.anchor.lag",
             "{record}",
-            "Audit records written since the head was last anchored to each sink",
+            "Audit records written since the head was last anchored to each sink (by this process: until its first anchor there, the whole log)",
             ("sink",),
             lambda: [((name,), stats.lag_records) for name, stats in anchorer.stats().items()],
         )
         registry.gauge(
             "portcullis.audit.anchor.failing",
-            "1",
+            "{sink}",
             "1 while the last anchor written to a sink failed",
             ("sink",),
             lambda: [((name,), float(stats.failing)) for name, stats in anchorer.stats().items()],
@@ -46,7 +46,7 @@ def watch_upkeep(registry: Registry, anchorer: Anchorer | None, events: EventPub
         registry.gauge(
             "portcullis.events.queued",
             "{event}",
-            "Events waiting for each webhook",
+            "Events waiting for each webhook (with workers: the fullest process's queue)",
             ("webhook",),
             lambda: [((name,), counts["queued"]) for name, counts in events.stats().items()],
         )
