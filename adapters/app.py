@@ -228,7 +228,14 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
     if worker is not None:
         worker.state.on_lost(orphaned)
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(runtime.bundles.reload("SIGHUP")))
+    reloads: set[asyncio.Future[bool]] = set()  # awaited before the runtime closes: a reload writes an audit record
+
+    def reload_on_hangup() -> None:
+        reload = asyncio.ensure_future(runtime.bundles.reload("SIGHUP"))
+        reloads.add(reload)
+        reload.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, reload_on_hangup)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
     watcher = asyncio.ensure_future(runtime.bundles.watch())
@@ -263,6 +270,8 @@ async def serve(config: Config, on_ready: Any = None, worker: WorkerLink | None 
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
+        if reloads:
+            await asyncio.wait(reloads, timeout=FINALIZE_SECONDS)
         for background in (watcher, *upkeep):
             background.cancel()
             with contextlib.suppress(asyncio.CancelledError):

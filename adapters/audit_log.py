@@ -137,13 +137,14 @@ class AuditLog:
         """Record an event; never raises. Written now, or held and written, in order,
         before the next record once the disk takes writes again."""
         record = self._record(event, fields)
-        self._tell(record)
         if self._flush() and self._write(record):
+            self._tell(record)
             return
         if len(self._held) >= MAX_HELD:
-            self._dropped += 1
+            self._dropped += 1  # never told: what listeners derive (events) must have a record
         else:
             self._held.append(record)
+            self._tell(record)  # held records are written, in order, once the disk allows
 
     def append_or_raise(self, event: str, **fields: Any) -> None:
         """Record an event now, after every held one, or raise ``AuditUnavailable``."""
@@ -174,10 +175,9 @@ class AuditLog:
         """The head, once every record up to it is on the disk: forced off the event loop,
         on a duplicate of the descriptor (a rotation may close the original meanwhile)."""
         head, descriptor = self._head, os.dup(self._fd)
-        try:
-            await asyncio.to_thread(os.fdatasync, descriptor)
-        finally:
-            os.close(descriptor)
+        # The thread closes its own duplicate: were this await cancelled (shutdown), closing
+        # it here would free the number while fdatasync still uses it.
+        await asyncio.to_thread(_sync_and_close, descriptor)
         self._synced_seq, self._last_sync = max(self._synced_seq, head.seq), time.monotonic()
         return head
 
@@ -333,6 +333,13 @@ def _write_all(fd: int, line: bytes) -> None:
         if written == 0:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         view = view[written:]
+
+
+def _sync_and_close(descriptor: int) -> None:
+    try:
+        os.fdatasync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _rotated_head(path: Path) -> ChainHead:

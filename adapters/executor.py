@@ -170,7 +170,11 @@ class Executor:
         team, raw = exchange.principal.team, exchange.request.raw
         if not self._capture.wants(team):  # asked here, on the loop: no thread hop for the others
             return
-        capture_id = await asyncio.to_thread(self._capture.store, exchange.request_id, team, raw, "application/json", exchange.arrived)
+        try:
+            capture_id = await asyncio.to_thread(self._capture.store, exchange.request_id, team, raw, "application/json", exchange.arrived)
+        except RuntimeError as error:  # no thread to be had (the process is stopping): served without a capture
+            log.warning("request %s: not captured (%s)", exchange.request_id, type(error).__name__)
+            return
         if capture_id is not None:
             exchange.audit_started["capture_id"] = capture_id
 

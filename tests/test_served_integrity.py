@@ -26,6 +26,7 @@ from tests.integrity_helpers import (
     MINI_UPSTREAM,
     OPENAI_TOOLS,
     PAGE,
+    POLICY_TEXT,
     SONNET_UPSTREAM,
     TOOLS,
     agent_turn,
@@ -37,6 +38,70 @@ from tests.integrity_helpers import (
 )
 
 pytestmark = pytest.mark.served
+
+
+# --- layer A: the policy prompt -------------------------------------------------------------
+
+
+def test_policy_prompt_leads_the_system_blocks_and_the_prefix_stays_byte_identical(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=integrity_bundle(tmp_path / "b"))
+    client = claude(gateway, gateway.key("eng"))
+    system = [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}]
+    first = [{"role": "user", "content": "hello"}]
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=50, system=system, messages=first)
+    second = [*first, {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "and again"}]
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=50, system=system, messages=second)
+    bodies = [r.body for r in fakes.anthropic_us.received]
+    sent = [json.loads(body) for body in bodies]
+    for body in sent:
+        policy_block, client_block = body["system"]
+        assert policy_block["text"].startswith(INSERTED_START) and "cache_control" not in policy_block
+        assert client_block == system[0]  # the client's breakpoint, unmoved
+    # Byte-stable: the second request's bytes begin with the first's up to its last message.
+    prefix = bodies[0][: bodies[0].index(b'"content":"hello"')]
+    assert bodies[1].startswith(prefix)
+    started = [r for r in gateway.audit_records() if r["event"] == "request_started"]
+    prompt = started[0]["integrity"]["policy_prompt"]
+    assert prompt["version"] == "agent-safety@7"
+    assert prompt["sha256"] == hashlib.sha256(sent[0]["system"][0]["text"].encode()).hexdigest()
+    assert prompt["tokens"] > 20 and started[1]["integrity"]["policy_prompt"] == prompt
+
+
+def test_the_policy_prompt_is_sized_into_the_teams_reservation(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    """Governance runs after the filters: the policy prompt's tokens are reserved (and then
+    billed by the provider) on the team whose policy added them."""
+    budgets = {f"{team}-cap": {"subject": {"team": team}, "budget": {"limit_usd": "10.00", "period": "CalendarMonth"}} for team in ("eng", "sonnet-only")}
+    bundle = write_bundle(tmp_path / "b", deep_copy(TENANTS), deep_copy(CATALOG), governance=budgets, integrity={"agent-safety": AGENT_SAFETY})
+    gateway = fresh_gateway(bundle=bundle)
+    for team in ("eng", "sonnet-only"):  # the policy names eng only
+        claude(gateway, gateway.key(team)).messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+    with_prompt, without = (r["reservation"]["bound_tokens"] for r in gateway.audit_records() if r["event"] == "request_started")
+    [sent, _] = [r.json for r in fakes.anthropic_us.received]
+    assert with_prompt - without >= len(sent["system"][0]["text"].encode())  # one token per byte: the Messages bound
+
+
+def test_string_system_becomes_blocks_and_a_caller_marker_never_suppresses_insertion(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=integrity_bundle(tmp_path / "b"))
+    client = claude(gateway, gateway.key("eng"))
+    marker = f"<policy agent-safety@7 sha256:{'0' * 64}> {POLICY_TEXT}"  # a caller claiming it is already there
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=50, system=marker, messages=[{"role": "user", "content": "hi"}])
+    [sent] = [r.json for r in fakes.anthropic_us.received]
+    assert sent["system"][0]["text"].startswith(INSERTED_START)
+    assert sent["system"][1] == {"type": "text", "text": marker}
+
+
+def test_openai_gets_its_own_instruction_message_in_the_clients_role(tmp_path: Path, fresh_gateway, fakes: Fakes) -> None:
+    gateway = fresh_gateway(bundle=integrity_bundle(tmp_path / "b"))
+    client = chat(gateway, gateway.key("eng"))
+    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "developer", "content": "Be terse."}, {"role": "user", "content": "hi"}])
+    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    first, second = [r.json for r in fakes.openai_main.received]
+    assert first["messages"][0]["role"] == "developer" and first["messages"][0]["content"].startswith(INSERTED_START)
+    assert first["messages"][1] == {"role": "developer", "content": "Be terse."}
+    assert second["messages"][0]["role"] == "system" and second["messages"][0]["content"] == first["messages"][0]["content"]
+
+
+# --- layers B, C, D: seed §7.3's worked example -------------------------------------------------
 
 
 @pytest.mark.parametrize("stream", [False, True])

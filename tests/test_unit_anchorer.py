@@ -153,6 +153,24 @@ def test_a_failing_or_hanging_sink_holds_up_no_other(tmp_path: Path) -> None:
     log.close()
 
 
+def test_a_write_that_never_answers_counts_as_failed_and_is_tried_again(tmp_path: Path) -> None:
+    log, clock = audit_log(tmp_path, 3), Clock()
+    stuck = Sink("stuck", hang=True)
+    anchoring = Anchorer(log, [stuck], AnchorConfig(CHAIN, (), 10, 60.0), now=clock, write_timeout=0.05)
+
+    async def scenario() -> None:
+        await asyncio.wait_for(check(anchoring), 1)
+        stats = anchoring.stats()["stuck"]
+        assert stats.failing and stats.failures == 1 and stats.anchored_seq == 0  # the gauge and the alert see it
+        clock.t += 1.5  # past the first backoff
+        stuck.hang, stuck.release = False, None
+        await check(anchoring)
+        assert [a.seq for a in stuck.written] == [3] and not anchoring.stats()["stuck"].failing
+
+    asyncio.run(scenario())
+    log.close()
+
+
 def test_a_failing_sink_backs_off_exponentially_and_is_logged_once_per_change(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     log, clock = audit_log(tmp_path, 3), Clock()
     sink = Sink("down", fail=AnchorSinkError("down: answered HTTP 503"))

@@ -33,6 +33,7 @@ CHECK_SECONDS = 1.0
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 300.0
 CLOSE_SECONDS = 5.0
+WRITE_SECONDS = 30.0  # a write that takes longer (a stuck mount, a silent endpoint) counts as failed
 SINK_CLOSE_SECONDS = 2.0
 
 
@@ -67,12 +68,14 @@ class Anchorer:
         config: AnchorConfig,
         now: Callable[[], float] = time.monotonic,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        write_timeout: float = WRITE_SECONDS,
     ) -> None:
         self._audit = audit
         self._lanes = [_Lane(sink) for sink in sinks]
         self._config = config
         self._now = now
         self._clock = clock
+        self._write_timeout = write_timeout
         self._runner: asyncio.Task[None] | None = None
         self._sync_failing = False
 
@@ -156,10 +159,13 @@ class Anchorer:
 
     async def _write(self, lane: _Lane, anchor: Anchor) -> None:
         try:
-            await lane.sink.write(anchor)
+            await asyncio.wait_for(lane.sink.write(anchor), self._write_timeout)
         except Exception as error:
             # A sink's own errors are safe to log; anything else may carry a URL or a key: its class only.
-            why = str(error) if isinstance(error, AnchorSinkError) else f"{type(error).__name__} (unexpected)"
+            if isinstance(error, TimeoutError):
+                why = f"no answer within {self._write_timeout:g} s"
+            else:
+                why = str(error) if isinstance(error, AnchorSinkError) else f"{type(error).__name__} (unexpected)"
             lane.failures += 1
             lane.consecutive += 1
             delay = min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** min(lane.consecutive - 1, 32))

@@ -5,12 +5,15 @@ the provider answered 429 on cools down, respecting retry-after, for every repli
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from portcullis.adapters.config import ProviderConfig
 from portcullis.adapters.store.capacity import KeyAllowance, Taken
+
+log = logging.getLogger("portcullis.providers")
 
 
 @dataclass(frozen=True)
@@ -59,4 +62,7 @@ class KeyPool:
         seconds = retry_after if retry_after is not None else self._cooldown
         await self._capacity.cool_down(self.provider, key.name, seconds)
         for listener in self._listeners:  # only once recorded: a cool-down the store refused never started
-            listener(self.provider, key.name, seconds)
+            try:
+                listener(self.provider, key.name, seconds)
+            except Exception:  # a gauge's fault never reaches the request that met the 429
+                log.exception("a cool-down listener failed for provider %s", self.provider)
