@@ -26,7 +26,7 @@ from portcullis.adapters.ingress import client_address
 from portcullis.adapters.lifecycle import FINALIZE_SECONDS, CancelledByShutdown, SignalFreeServer, purge_captures, tend_audit
 from portcullis.adapters.operations import Operation
 from portcullis.adapters.protocols import anthropic_messages, openai_chat, openai_responses
-from portcullis.adapters.protocols.registry import protocol
+from portcullis.adapters.protocols.registry import PATH_OPERATIONS, protocol
 from portcullis.adapters.runtime import Runtime, build_runtime
 from portcullis.adapters.store.state_host import READY
 from portcullis.adapters.telemetry.prometheus import CONTENT_TYPE as PROMETHEUS_TEXT
@@ -36,15 +36,6 @@ if TYPE_CHECKING:
     from portcullis.adapters.worker import WorkerLink
 
 log = logging.getLogger("portcullis")
-
-# Bedrock Runtime's operations, by the last segment of /model/{modelId}/...: the protocol
-# that reads each (whether it streams is the protocol's to read from the same segment).
-BEDROCK_OPERATIONS = {
-    "converse": "bedrock_converse",
-    "converse-stream": "bedrock_converse",
-    "invoke": "bedrock_invoke",
-    "invoke-with-response-stream": "bedrock_invoke",
-}
 
 
 def create_app(runtime: Runtime) -> Starlette:
@@ -67,7 +58,7 @@ def create_app(runtime: Runtime) -> Starlette:
 
     async def bedrock_runtime(request: Request) -> Any:
         # The operation is the path's last segment; the model id before it may hold '/' (an ARN).
-        name = BEDROCK_OPERATIONS.get(request.path_params["action"])
+        name = PATH_OPERATIONS.get(request.path_params["action"])
         if name is None:
             return route_error(request, 404)
         return await gateway.handle(request, protocol(name))

@@ -30,6 +30,7 @@ def refusal_record(exchange: Exchange, stage: str, error: GatewayError) -> dict[
     if exchange.request is not None:
         record["requested_model"] = printable(exchange.request.model)
     if exchange.plan is not None and exchange.bundle is not None:
+        record["decision_id"] = exchange.request_id  # the decision log's event (docs/operations.md#decision-logs)
         record["bundle"] = {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest}
         record["decision"] = decision_view(exchange)
     record.update(exchange.audit_started)
@@ -59,6 +60,7 @@ def started_record(exchange: Exchange) -> dict[str, Any]:
         **_operation(exchange),
         "requested_model": printable(exchange.request.model),
         "model": exchange.plan.model,
+        "decision_id": exchange.request_id,  # the decision log's event (docs/operations.md#decision-logs)
         "bundle": {"revision": exchange.bundle.revision, "digest": exchange.bundle.digest},
         "decision": decision_view(exchange),
         **exchange.audit_started,

@@ -15,6 +15,7 @@ import yaml
 
 from portcullis.adapters.audit_config import AuditConfig, audit_config
 from portcullis.adapters.capture import CaptureConfig, CaptureConfigError, capture_config
+from portcullis.adapters.decision_logs.config import DecisionLogsConfig, DecisionLogsConfigError, decision_logs_config
 from portcullis.adapters.endpoint_config import EndpointConfigError, EndpointPool, endpoint_pool
 from portcullis.adapters.events.config import EventsConfig, EventsConfigError, events_config, legacy_integrity_webhook
 from portcullis.adapters.telemetry.config import TelemetryConfig, TelemetryConfigError, telemetry_config
@@ -221,6 +222,7 @@ class Config:
     telemetry: TelemetryConfig = field(default_factory=lambda: TelemetryConfig())
     capture: CaptureConfig = field(default_factory=CaptureConfig)  # off unless configured
     events: EventsConfig = field(default_factory=EventsConfig)  # no webhook unless configured
+    decision_logs: DecisionLogsConfig = field(default_factory=DecisionLogsConfig)  # off unless configured
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def provider_regions(self) -> dict[str, str | None]:
@@ -312,11 +314,12 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         raise ConfigError(f"{source}: {error}") from None
     try:
         capture = capture_config(document, resolve)
+        decision_logs = decision_logs_config(document.get("decision_logs"), resolve)
         events = events_config(document.get("events"))
         if "webhook" in integrity:  # the older form: denied tool calls, unsigned
             legacy = integrity["webhook"]
             events = events.with_webhook(legacy_integrity_webhook(legacy["url"], legacy.get("timeout_seconds", 5.0)))
-    except (CaptureConfigError, EventsConfigError) as error:
+    except (CaptureConfigError, EventsConfigError, DecisionLogsConfigError) as error:
         raise ConfigError(f"{source}: {error}") from None
     return Config(
         source=source,
@@ -368,6 +371,7 @@ def _build(source: Path, document: dict[str, Any]) -> Config:
         telemetry=telemetry,
         capture=capture,
         events=events,
+        decision_logs=decision_logs,
         raw=document,
     )
 

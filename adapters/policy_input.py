@@ -19,7 +19,17 @@ log = logging.getLogger("portcullis.gateway")
 
 
 def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest, facts: Mapping[str, Any] | None = None) -> DecisionPlan:
-    input_document: dict[str, Any] = {
+    document = input_document(principal, request, facts)
+    try:
+        return bundle.decide(document, _encoded(document))
+    except PolicyError as error:  # a broken policy refuses; it never lets a request through
+        log.error("policy evaluation failed: %s", error)
+        raise GatewayError(ErrorKind.INTERNAL, "the gateway's policy could not decide this request", code="policy_error") from None
+
+
+def input_document(principal: Principal, request: ParsedRequest, facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The policy's input document for one request (``policy eval`` builds it here too)."""
+    document: dict[str, Any] = {
         "principal": principal.as_input(),
         "request": {
             "protocol": request.protocol,
@@ -31,12 +41,8 @@ def decide(bundle: ActiveBundle, principal: Principal, request: ParsedRequest, f
         },
     }
     if facts:  # only when there are some: equal inputs share one cached evaluation
-        input_document["facts"] = facts
-    try:
-        return bundle.decide(input_document, _encoded(input_document))
-    except PolicyError as error:  # a broken policy refuses; it never lets a request through
-        log.error("policy evaluation failed: %s", error)
-        raise GatewayError(ErrorKind.INTERNAL, "the gateway's policy could not decide this request", code="policy_error") from None
+        document["facts"] = facts
+    return document
 
 
 def _encoded(input_document: dict[str, Any]) -> str | None:

@@ -23,6 +23,8 @@ from portcullis.adapters.cache_domain import CacheDomainPin
 from portcullis.adapters.capture import BodyCapture, CaptureConfigError, open_capture
 from portcullis.adapters.config import Config, ConfigError, PiiConfig
 from portcullis.adapters.count_limit import count_limit
+from portcullis.adapters.decision_logs.config import DecisionLogsConfigError
+from portcullis.adapters.decision_logs.logger import DecisionLogger
 from portcullis.adapters.dispatch import Dispatcher
 from portcullis.adapters.events.audit_events import EventPublisher
 from portcullis.adapters.events.config import EventsConfigError
@@ -67,6 +69,7 @@ class Runtime:
     capture: BodyCapture | None = None
     events: EventPublisher | None = None
     anchorer: Anchorer | None = None
+    decision_logs: DecisionLogger | None = None
 
     async def close(self) -> None:
         """Release everything; one part failing to close does not keep the others open.
@@ -81,6 +84,7 @@ class Runtime:
             # not spend the time the log's last anchor needs before a SIGKILL.
             *((("the audit anchors", self.anchorer.close),) if self.anchorer is not None else ()),
             *((("the event webhooks", self.events.close),) if self.events is not None else ()),
+            *((("the decision logs", self.decision_logs.close),) if self.decision_logs is not None else ()),
             ("the audit log", self.audit.close),
         ]
         for name, close in closers:
@@ -107,8 +111,11 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
     try:
         capture = open_capture(config.capture, config.pii.vault_key())  # as the seal: a missing or reused key stops it
         events = EventPublisher.build(config.events)  # reads the webhooks' secrets: a missing one stops start-up
-    except (CaptureConfigError, EventsConfigError) as error:
+        decision_logs = DecisionLogger.build(config.decision_logs)  # as the webhooks: a missing token or an unwritable file stops it
+    except (CaptureConfigError, EventsConfigError, DecisionLogsConfigError) as error:
         raise ConfigError(f"{config.source}: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"{config.source}: decision_logs.file.path: cannot be written ({error.strerror})") from None
     sole_gateway = config.workers == 1 and hosted is None  # several workers judge the file's counters together
     store = await open_store(config.store, config.max_auth_failures, config.auth_failure_window, sole_gateway=sole_gateway)
     if hosted is not None:
@@ -141,6 +148,8 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
     telemetry.watch_store(store.ledger, store.capacity, pools, clock)  # budget utilisation, keys' limits and cool-downs
     if telemetry.metrics is not None:
         watch_upkeep(telemetry.registry, anchorer, events)
+        if decision_logs is not None:
+            decision_logs.watch(telemetry.registry)
     pooled = [name for name, provider in config.providers.items() if provider.pool is not None]
     dispatcher = Dispatcher(providers, pools, config.max_attempts, pooled, breakers)
     governance = Governance(store.ledger, providers, audit, clock)
@@ -178,12 +187,12 @@ async def build_runtime(config: Config, clock: Clock = utc_now, hosted: StateCli
         clock,
         limits=config.request_limits,
         facts=facts,
-        observers=telemetry.observers,
+        observers=(*telemetry.observers, *((decision_logs,) if decision_logs is not None else ())),
         tracer=telemetry.tracer,
         capture=capture,
     )
     freeze_startup_heap()
-    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity, telemetry, capture, events, anchorer)
+    return Runtime(config, bundles, store, providers, audit, gateway, authenticator, pii, integrity, telemetry, capture, events, anchorer, decision_logs)
 
 
 async def anchor_audit(config: Config, audit: AuditLog) -> Anchorer | None:

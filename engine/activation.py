@@ -5,45 +5,57 @@ matches the schema, its catalog is consistent with itself, the configured provid
 and the price table, its own ``*_test.rego`` tests pass, and its entry point returns
 well-formed plans. Anything else raises ``BundleError`` and the caller keeps serving
 the bundle it already has.
+
+The checks themselves live in engine/activation_checks.py, which ``portcullis policy
+check`` runs too, to the end rather than to the first problem.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from functools import lru_cache, partial
 from typing import Any
 
-import re2
-
-from portcullis.engine import schemas
-from portcullis.engine.budget_tiers import budget_reads, budget_tier_problems
-from portcullis.engine.bundle import Bundle, BundleError, merge_data
-from portcullis.engine.catalog import catalog_problems
+from portcullis.engine.activation_checks import (  # the rule names are the gateway's too: re-exported here
+    CONTEXT_FIT_RULE,
+    DECISION_RULE,
+    ENTRY_POINTS,
+    INDEX_RULE,
+    INJECTION_SCAN_RULE,
+    PLAN_SAMPLES,
+    REQUEST_ENTRY_POINTS,
+    TOOL_CALL_RULE,
+    VISIBLE_MODELS_RULE,
+    CheckRun,
+    run_checks,
+)
+from portcullis.engine.budget_tiers import budget_reads
+from portcullis.engine.bundle import Bundle
 from portcullis.engine.context_fit import Screen
 from portcullis.engine.endpoint_policy import DEFAULT_POLICY, EndpointPolicy
 from portcullis.engine.integrity.injection import ScanResult
-from portcullis.engine.integrity.policy import integrity_problems
-from portcullis.engine.integrity.scanner import Scanner, ScannerError, normalise, rules_read
-from portcullis.engine.intent_routers import intent_problems
-from portcullis.engine.pii.policy import detector_problems
+from portcullis.engine.integrity.scanner import Scanner, normalise, rules_read
 from portcullis.engine.plan import DecisionPlan, Target
-from portcullis.engine.portable import portability_problems, rule_path_problems
 from portcullis.engine.pricing import Price, PriceTable
 from portcullis.engine.rego import Policy, PolicyError
 from portcullis.engine.suggestions import closest_names
 
-DECISION_RULE = "data.portcullis.decision"
-VISIBLE_MODELS_RULE = "data.portcullis.visible_models"
-INJECTION_SCAN_RULE = "data.portcullis.injection_scan"
-TOOL_CALL_RULE = "data.portcullis.tool_call_verdicts"
-CONTEXT_FIT_RULE = "data.portcullis.context_fit_verdicts"
-INDEX_RULE = "data.portcullis.compiled_index"
-PLAN_SAMPLES = 200
-
+__all__ = [
+    "CONTEXT_FIT_RULE",
+    "DECISION_RULE",
+    "ENTRY_POINTS",
+    "INDEX_RULE",
+    "INJECTION_SCAN_RULE",
+    "PLAN_SAMPLES",
+    "REQUEST_ENTRY_POINTS",
+    "TOOL_CALL_RULE",
+    "VISIBLE_MODELS_RULE",
+    "ActiveBundle",
+    "activate",
+]
 
 DECISION_CACHE_SIZE = 8192
 
@@ -155,49 +167,20 @@ class ActiveBundle:
 
 def activate(bundle: Bundle, providers: Collection[str], today: dt.date, detectors: Collection[str] | None = None) -> ActiveBundle:
     """``detectors``, when given, are the PII detectors this gateway runs: a policy that
-    needs another could not be enforced, so its bundle is refused."""
-    data = bundle.data.get("portcullis")
-    if not isinstance(data, dict):
-        raise BundleError("bundle has no data under data.portcullis (tenants and catalog)")
-    # What OPA and regorus would read differently is refused first, naming the field,
-    # so the bundle means in production what it means in review.
-    unportable = portability_problems(data)
-    if unportable:
-        raise BundleError("; ".join(unportable))
-    try:
-        schemas.check("bundle-data", data, where="data.portcullis")
-        prices = PriceTable(data["catalog"]["prices"])
-    except Exception as error:
-        raise BundleError(str(error)) from None
-    problems = catalog_problems(data["catalog"], providers, prices, today)
-    if detectors is not None:
-        problems += detector_problems(data.get("pii"), data["catalog"], detectors)
-    problems += integrity_problems(data.get("integrity"))
-    problems += intent_problems(data.get("intent"), data["catalog"], list(data["tenants"]["teams"]))
-    problems += budget_tier_problems(data)
-    if problems:
-        raise BundleError("; ".join(problems))
-    try:
-        _check_patterns(data.get("integrity"))
-        scanner = Scanner((data.get("integrity") or {}).get("injection_rules") or [])
-        _run_own_tests(bundle)
-        policy = Policy(bundle.modules, bundle.data)
-        # the index's place counts as data: the gateway puts it there
-        clashes = rule_path_problems(policy.rule_paths(), merge_data(bundle.data, {"portcullis": {"compiled": {}}}))
-        if clashes:
-            raise BundleError("; ".join(clashes))
-        index = _as_data(policy.evaluate(INDEX_RULE, {}))
-        fit_screen = Screen.from_index(index.get("context_fit")) if isinstance(index, dict) else None
-        if index is not None:
-            policy = Policy(bundle.modules, merge_data(bundle.data, {"portcullis": {"compiled": index}}))
-        _check_plans(policy, data)
-        _check_context_fit(policy)
-    except PolicyError as error:
-        raise BundleError(f"policy error: {error}") from None
-    except ScannerError as error:
-        raise BundleError(str(error)) from None
-    endpoints = EndpointPolicy.from_data(data.get("endpoints"))
-    return ActiveBundle(bundle=bundle, policy=policy, catalog=data["catalog"], prices=prices, scanner=scanner, endpoints=endpoints, fit_screen=fit_screen)
+    needs another could not be enforced, so its bundle is refused. The first check that
+    fails refuses the bundle (``BundleError``)."""
+    checked = run_checks(bundle, providers, today, detectors, CheckRun(collect=False))
+    assert checked is not None  # a stopping run raises before it could return without one
+    endpoints = EndpointPolicy.from_data(checked.data.get("endpoints"))
+    return ActiveBundle(
+        bundle=bundle,
+        policy=checked.policy,
+        catalog=checked.data["catalog"],
+        prices=checked.prices,
+        scanner=checked.scanner,
+        endpoints=endpoints,
+        fit_screen=checked.fit_screen,
+    )
 
 
 def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> DecisionPlan:
@@ -205,18 +188,9 @@ def _evaluate(policy: Policy, input_json: str, ids: tuple[Any, Any]) -> Decision
     if not isinstance(document, dict):
         raise PolicyError(f"{DECISION_RULE} is undefined for this request")
     try:
-        return DecisionPlan.from_policy(document, {"user": ids[0], "key_id": ids[1]})
+        return DecisionPlan.from_policy(document, {"user": ids[0], "key_id": ids[1]}, input_json)
     except (KeyError, TypeError) as error:
         raise PolicyError(f"{DECISION_RULE} returned a malformed plan ({error})") from None
-
-
-def _as_data(index: Any) -> Any:
-    """The index as the JSON it becomes in any other Rego engine; a set in it would
-    mean one thing in regorus and another in OPA, so it is refused here."""
-    try:
-        return json.loads(json.dumps(index))
-    except TypeError as error:
-        raise PolicyError(f"{INDEX_RULE} is not JSON data ({error})") from None
 
 
 def _normalised_strings(value: Any) -> Any:
@@ -227,70 +201,3 @@ def _normalised_strings(value: Any) -> Any:
     if isinstance(value, list):
         return [_normalised_strings(item) for item in value]
     return value
-
-
-_PATTERN_PROBE = {"probe.rego": "package probe\n\ncompiled := [regex.match(pattern, \"\") | some pattern in input.patterns]\n"}
-
-
-def _check_patterns(integrity: Mapping[str, Any] | None) -> None:
-    """Every rule pattern compiles in the evaluator that will run it: regorus refuses
-    look-around, back-references and patterns that compile to over 100 KiB."""
-    rules = [*((integrity or {}).get("injection_rules") or ()), *((integrity or {}).get("tool_rules") or ())]
-    probe = Policy(_PATTERN_PROBE, {})
-    for rule in rules:
-        try:
-            probe.evaluate("data.probe.compiled", {"patterns": [rule["pattern"]]})
-        except PolicyError as error:
-            raise BundleError(f"integrity rule {rule['id']!r}: its pattern does not compile ({error})") from None
-        try:  # OPA's dialect is RE2's: syntax only regorus knows (`(?x)`, `(?u)`) would fail there
-            re2.compile(rule["pattern"])
-        except re2.error:
-            raise BundleError(f"integrity rule {rule['id']!r}: its pattern is not RE2 syntax, the dialect OPA reads") from None
-    probe.release_thread()
-
-
-_FIT_SAMPLE = {
-    "targets": [{"index": 0, "context_window": 1000, "max_output_tokens": 100, "input_tokens": 10, "method": "estimate"}],
-    "output_tokens": None,
-    "reasoning_tokens": None,
-    "reasoning_effort": None,
-}
-
-
-def _check_context_fit(policy: Policy) -> None:
-    """The context-fit entry point answers one verdict per target, so a bundle without
-    it (or with a broken one) is refused here rather than refusing every request."""
-    try:
-        verdicts = policy.evaluate(CONTEXT_FIT_RULE, _FIT_SAMPLE)
-    except PolicyError as error:
-        raise PolicyError(f"{CONTEXT_FIT_RULE}: {error}") from None
-    if not (isinstance(verdicts, list) and len(verdicts) == 1 and isinstance(verdicts[0], dict) and isinstance(verdicts[0].get("fits"), bool)):
-        raise PolicyError(f"{CONTEXT_FIT_RULE} must return one verdict ({{fits, reasons, ...}}) per target")
-
-
-def _run_own_tests(bundle: Bundle) -> None:
-    if not bundle.tests:
-        return
-    policy = Policy({**bundle.modules, **bundle.tests}, bundle.data)
-    failed = [rule.path for rule in policy.test_rules() if not policy.run_test(rule)[0]]
-    if failed:
-        raise BundleError(f"the bundle's own policy tests fail: {', '.join(failed)}")
-
-
-def _check_plans(policy: Policy, data: Mapping[str, Any]) -> None:
-    """The entry point must return a schema-valid plan for every team and model name
-    (up to a sample), including ones it refuses, so a plan the adapters cannot read
-    never reaches traffic."""
-    teams = [*list(data["tenants"]["teams"]), "__unknown_team__"]
-    names = list(data["catalog"]["models"]) + list(data["catalog"].get("aliases", {})) + ["__unknown_model__"]
-    samples = [(teams[0], name) for name in names] + [(team, names[0]) for team in teams[1:]]
-    for team, name in itertools.islice(samples, PLAN_SAMPLES):
-        input_document = {
-            "principal": {"team": team, "user": None, "key_id": "activation-check"},
-            "request": {"protocol": "anthropic_messages", "model": name, "stream": False, "requires": []},
-        }
-        document = policy.evaluate(DECISION_RULE, input_document)
-        try:
-            schemas.check("decision-plan", document, where=DECISION_RULE)
-        except schemas.SchemaError as error:
-            raise PolicyError(f"{error} (team {team!r}, model {name!r})") from None

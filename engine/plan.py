@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from portcullis.engine.errors import ErrorKind, GatewayError, printable
@@ -45,9 +45,14 @@ class DecisionPlan:
     guardrail: Guardrail | None = None  # what Bedrock targets must apply; None when nothing requires one
     suggestions: tuple[str, ...] = ()  # for an unknown model: the closest names this key may use
     routing: Routing = NO_ROUTING  # what the routing layers substituted, and what they proposed
+    # What it was decided from (the input document as the policy read it, JSON) and what the
+    # policy returned, as evaluated: read only by decision logs (adapters/decision_logs), and
+    # kept by reference, so a plan costs nothing more to make or to cache. Never compared.
+    source_input: str | None = field(default=None, repr=False, compare=False)
+    source: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_policy(cls, document: Mapping[str, Any], principal: Mapping[str, Any]) -> DecisionPlan:
+    def from_policy(cls, document: Mapping[str, Any], principal: Mapping[str, Any], input_json: str | None = None) -> DecisionPlan:
         return cls(
             allow=document["allow"],
             reasons=tuple(document["reasons"]),
@@ -60,6 +65,8 @@ class DecisionPlan:
             integrity=IntegrityPolicy.from_plan(document.get("integrity")),
             guardrail=Guardrail.from_plan(document.get("guardrail")),
             routing=Routing.from_plan(document.get("routing")),
+            source_input=input_json,
+            source=document,
         )
 
     @property

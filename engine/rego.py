@@ -7,16 +7,20 @@ Traps this module absorbs so no caller has to know them:
   thread allocates) leaves each foreign engine to be dropped by its own thread;
 - with ``RUST_BACKTRACE=1`` each Rego error captures a backtrace (~0.7 ms), so
   library backtraces are switched off unless the operator asked for them;
-- Rego errors surface as ``RuntimeError``; they become ``PolicyError`` here.
+- Rego errors surface as ``RuntimeError``; they become ``PolicyError`` here;
+- regorus's coverage report leaves out every module no evaluation reached, so the
+  lines such a module could cover are found by evaluating a probe rule appended to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +28,12 @@ os.environ.setdefault("RUST_LIB_BACKTRACE", "0")  # read by regorus when it capt
 
 import regorus  # imported after the environment above is set
 
-# Builtins whose value changes between two evaluations of the same input.
-_NON_DETERMINISTIC = re.compile(r"\b(time\.now_ns|rand\.|uuid\.rfc4122|http\.send|opa\.runtime|net\.lookup_ip_addr)")
+# Builtins whose value changes between two evaluations of the same input (a trailing
+# dot: the whole family). Read in the modules' text, so a mention counts too.
+NON_DETERMINISTIC_BUILTINS = ("time.now_ns", "rand.", "uuid.rfc4122", "http.send", "opa.runtime", "net.lookup_ip_addr")
+NON_DETERMINISTIC = re.compile(r"\b(" + "|".join(map(re.escape, NON_DETERMINISTIC_BUILTINS)) + ")")
+_PROBE = "portcullis_coverage_probe_"  # a rule name no policy defines: see _coverable_lines
+_LOCATION = re.compile(r"-->\s*(?P<file>\S.*?):(?P<line>\d+):(?P<col>\d+)")
 
 
 class PolicyError(Exception):
@@ -84,9 +92,10 @@ def _drop_orphans() -> None:
 class Policy:
     """Rego modules plus a data document, evaluated on per-thread engines."""
 
-    def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
+    def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any], *, coverage: bool = False) -> None:
         self._modules = dict(modules)
         self._data = data
+        self._coverage = coverage  # record the lines evaluations reach (policy test --coverage); slower
         self._engines = _Engines()
         self._engine()  # parse now, so a broken module fails at load, not at first use
 
@@ -94,7 +103,7 @@ class Policy:
     def deterministic(self) -> bool:
         """True when no module calls a builtin that reads the clock, randomness or the
         network, so equal inputs always evaluate to equal values."""
-        return not any(_NON_DETERMINISTIC.search(source) for source in self._modules.values())
+        return not any(NON_DETERMINISTIC.search(source) for source in self._modules.values())
 
     def evaluate(self, rule: str, input_document: Mapping[str, Any]) -> Any:
         """The value of ``rule`` (e.g. ``data.portcullis.decision``); ``None`` if undefined."""
@@ -110,6 +119,18 @@ class Policy:
             return engine.eval_rule(rule)
         except RuntimeError as error:
             raise PolicyError(str(error).strip()) from None
+
+    def query(self, expression: str, input_document: Mapping[str, Any]) -> Any:
+        """The value of one Rego expression (``data.portcullis.access.entitlements(input.principal)``:
+        a function call, which ``evaluate`` cannot name) for ``input_document``; ``None``
+        if undefined. For explaining a decision off the request path (``policy eval``)."""
+        engine = self._engine()
+        try:
+            engine.set_input_json(json.dumps(input_document))
+            results = engine.eval_query(expression)["result"]
+        except RuntimeError as error:
+            raise PolicyError(str(error).strip()) from None
+        return results[0]["expressions"][0]["value"] if results else None
 
     def test_rules(self) -> list[TestRule]:
         """Every rule named ``test_*``, OPA's convention for policy unit tests."""
@@ -158,6 +179,44 @@ class Policy:
             engine.set_gather_prints(False)
         return passed, prints + detail, bool(detail)
 
+    def bench_test(self, rule: TestRule, min_ns: int) -> tuple[int, int]:
+        """Evaluate one test rule again and again for at least ``min_ns``: (iterations,
+        nanoseconds they took). Prints are gathered and dropped, never written to stdout."""
+        engine = self._engine()
+        engine.set_gather_prints(True)
+        iterations = 0
+        try:
+            engine.set_input({})
+            started = time.perf_counter_ns()
+            elapsed = 0
+            while elapsed < min_ns or iterations == 0:
+                with contextlib.suppress(RuntimeError):  # an erroring test is timed too: run_test reports the error
+                    engine.eval_rule(rule.path)
+                engine.take_prints()  # else they pile up for the whole run
+                iterations += 1
+                elapsed = time.perf_counter_ns() - started
+        finally:
+            engine.set_gather_prints(False)
+        return iterations, elapsed
+
+    def coverage(self, names: Collection[str] | None = None) -> dict[str, tuple[frozenset[int], frozenset[int]]]:
+        """Per module (of ``names``, else all), (lines covered, lines not covered) by this
+        thread's evaluations so far; a module no evaluation reached has every line it
+        could cover not covered. Lines are regorus's: those of expressions in rule
+        bodies and in heads' values (a head without one, ``allow if``, has none)."""
+        if not self._coverage:
+            raise ValueError("coverage was not enabled for this policy")
+        try:
+            report = json.loads(self._engine().get_coverage_report_as_json())
+        except RuntimeError as error:
+            raise PolicyError(str(error).strip()) from None
+        wanted = self._modules.keys() if names is None else set(names) & self._modules.keys()
+        found = {file["path"]: (frozenset(file["covered"]), frozenset(file["not_covered"])) for file in report["files"] if file["path"] in wanted}
+        unreached = [name for name in self._modules if name in wanted and name not in found]
+        for name, lines in _coverable_lines(self._modules, unreached, self._data).items():
+            found[name] = (frozenset(), lines)
+        return found
+
     def release_thread(self) -> None:
         """Drop this thread's engine now, on the thread that built it. Call it before a
         thread that will not evaluate this policy again hands it on (a loader thread)."""
@@ -170,6 +229,8 @@ class Policy:
         engine = self._engines.get(ident)
         if engine is None:
             engine = regorus.Engine()
+            if self._coverage:
+                engine.set_enable_coverage(True)
             try:
                 for name, source in self._modules.items():
                     engine.add_policy(name, source)
@@ -178,6 +239,59 @@ class Policy:
                 raise PolicyError(str(error).strip()) from None
             self._engines[ident] = engine
         return engine
+
+
+def _coverable_lines(modules: Mapping[str, str], names: list[str], data: Mapping[str, Any]) -> dict[str, frozenset[int]]:
+    """The lines each of ``names`` could cover. A probe rule appended to each (below
+    its last line, so no line moves) is evaluated on a throwaway engine: that puts the
+    module in regorus's report, whose covered and not covered lines are then all of them."""
+    if not names:
+        return {}
+    probes = {name: (f"{_PROBE}{index}", modules[name].count("\n") + 2) for index, name in enumerate(names)}
+    engine = regorus.Engine()
+    engine.set_enable_coverage(True)
+    try:
+        for name, source in modules.items():
+            engine.add_policy(name, source + (f"\n{probes[name][0]} := true\n" if name in probes else ""))
+        engine.add_data(data)
+        engine.set_input({})
+        packages = {name: package for name, package in _packages(engine).items() if name in probes}
+        for name, (rule, _) in probes.items():
+            engine.eval_rule(f"data.{packages[name]}.{rule}")
+        report = json.loads(engine.get_coverage_report_as_json())
+    except RuntimeError as error:
+        raise PolicyError(str(error).strip()) from None
+    lines = {file["path"]: {*file["covered"], *file["not_covered"]} for file in report["files"] if file["path"] in probes}
+    return {name: frozenset(lines.get(name, set()) - {line}) for name, (_, line) in probes.items()}
+
+
+def _packages(engine: Any) -> dict[str, str]:
+    return {module["source"]["file"]: _ref_path(module["ast"]["package"]["refr"]) for module in json.loads(engine.get_ast_as_json())}
+
+
+def parse_module(name: str, source: str) -> dict[str, Any]:
+    """The parsed AST of one module, in regorus's JSON form (``package``, ``imports``,
+    ``rules``; every node carries a ``span`` with its line, column and byte offsets).
+    A throwaway engine, built and dropped on this thread, so one broken module never
+    hides another's errors. ``PolicyError`` when it does not parse."""
+    engine = regorus.Engine()
+    try:
+        engine.add_policy(name, source)
+        return json.loads(engine.get_ast_as_json())[0]["ast"]
+    except RuntimeError as error:
+        raise PolicyError(str(error).strip()) from None
+
+
+def error_location(message: str) -> tuple[str, int, int] | None:
+    """(file, line, column) a regorus error points at (its ``--> file:line:col``), or None."""
+    found = _LOCATION.search(message)
+    return (found["file"], int(found["line"]), int(found["col"])) if found else None
+
+
+def error_summary(message: str) -> str:
+    """A regorus error's own words (its ``error: …`` line) without the source excerpt."""
+    lines = [line.strip() for line in message.splitlines()]
+    return next((line.removeprefix("error:").strip() for line in lines if line.startswith("error:")), " ".join(filter(None, lines)))
 
 
 def _ref_path(ref: Mapping[str, Any]) -> str:

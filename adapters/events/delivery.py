@@ -113,7 +113,10 @@ class _Message:
 
 
 @dataclass
-class _Attempt:
+class AttemptOutcome:
+    """What one HTTP attempt came to: an answer's status, or the error that stood for one
+    (shared by the senders that retry: webhooks, decision logs)."""
+
     status: int | None = None  # the answer's, or None when none came
     error: str | None = None  # the exception's class name when none came
     retry_after: float | None = None
@@ -254,7 +257,7 @@ class WebhookDelivery:
 
     async def _deliver(self, lane: _Lane, message: _Message) -> None:
         target = lane.target
-        attempt = _Attempt()
+        attempt = AttemptOutcome()
         for number in range(1, target.max_attempts + 1):
             if number > 1:
                 lane.retried += 1
@@ -292,7 +295,7 @@ class WebhookDelivery:
             attempt.describe(),
         )
 
-    async def _attempt(self, target: WebhookTarget, message: _Message) -> _Attempt:
+    async def _attempt(self, target: WebhookTarget, message: _Message) -> AttemptOutcome:
         headers = {"content-type": "application/json", "user-agent": USER_AGENT}
         now = self._now()
         if target.secret is not None:
@@ -307,9 +310,9 @@ class WebhookDelivery:
             async with self._session.post(
                 target.url, data=message.body, headers=headers, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=target.timeout_seconds)
             ) as response:
-                return _Attempt(status=response.status, retry_after=retry_after_seconds(response.headers.get("retry-after"), self._now()))
+                return AttemptOutcome(status=response.status, retry_after=retry_after_seconds(response.headers.get("retry-after"), self._now()))
         except (aiohttp.ClientError, TimeoutError, OSError) as error:  # the class only: messages can hold the URL
-            return _Attempt(error=type(error).__name__, transient=not isinstance(error, aiohttp.InvalidURL))
+            return AttemptOutcome(error=type(error).__name__, transient=not isinstance(error, aiohttp.InvalidURL))
 
     def _warn_dropped(self, lane: _Lane, why: str) -> None:
         """At most once a minute per target: a full queue drops thousands a second."""

@@ -40,8 +40,7 @@ from portcullis.engine.plan import Target
 log = logging.getLogger("portcullis.protocols")
 
 PROTOCOLS: dict[str, WireProtocol] = {
-    p.name: p
-    for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL, openai_responses.PROTOCOL, bedrock_converse.PROTOCOL, bedrock_invoke.PROTOCOL)
+    p.name: p for p in (anthropic_messages.PROTOCOL, openai_chat.PROTOCOL, openai_responses.PROTOCOL, bedrock_converse.PROTOCOL, bedrock_invoke.PROTOCOL)
 }
 TRANSLATORS: dict[tuple[str, str], Translator] = {
     (openai_chat.PROTOCOL.name, anthropic_messages.PROTOCOL.name): openai_chat_to_anthropic_messages,
@@ -55,6 +54,22 @@ TRANSLATORS: dict[tuple[str, str], Translator] = {
     (anthropic_messages.PROTOCOL.name, bedrock_invoke.PROTOCOL.name): anthropic_messages_to_bedrock_invoke,
     (bedrock_invoke.PROTOCOL.name, anthropic_messages.PROTOCOL.name): bedrock_invoke_to_anthropic_messages,
 }
+# The name a client knows each protocol's route by (``policy eval --protocol``).
+ROUTE_NAMES = {
+    "messages": anthropic_messages.PROTOCOL.name,
+    "chat": openai_chat.PROTOCOL.name,
+    "responses": openai_responses.PROTOCOL.name,
+    "converse": bedrock_converse.PROTOCOL.name,
+    "invoke": bedrock_invoke.PROTOCOL.name,
+}
+# The protocols whose model and operation are read from the path (Bedrock Runtime's
+# /model/{modelId}/{action}): the action of a call and of its stream.
+PATH_ACTIONS = {
+    bedrock_converse.PROTOCOL.name: ("converse", bedrock_converse.wire.STREAM_ACTION),
+    bedrock_invoke.PROTOCOL.name: ("invoke", bedrock_invoke.wire.STREAM_ACTION),
+}
+# The protocol that reads each action (whether it streams is the protocol's to read).
+PATH_OPERATIONS = {action: name for name, actions in PATH_ACTIONS.items() for action in actions}
 # Pairs without a translator of their own go through this protocol, when both halves exist.
 HUB = anthropic_messages.PROTOCOL.name
 # The protocol of the gateway's own calls (a classifier's) to a provider that speaks
