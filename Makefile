@@ -47,9 +47,10 @@ agents-check: install
 # The wheel as users get it: built from the files git knows (the dev extra's pinned
 # setuptools, no build isolation), checked to hold every module and data file, installed
 # with its dependencies into a fresh venv (pip's cache), then `portcullis --help`,
-# `policy test` and the quickstart answering one Anthropic and one OpenAI request. The
-# wheel ships the gateway, not the bundle or the configuration, which are the operator's:
-# a wheel user runs, from a checkout (or with their own config and bundle),
+# `policy test`, `policy init` and the quickstart answering one Anthropic and one OpenAI
+# request. The wheel ships the gateway (and the default bundle's files, which `policy
+# init` starts a bundle repository from); the bundle served and the configuration are
+# the operator's: a wheel user runs, from a checkout (or with their own config and bundle),
 #   pip install dist/portcullis-*.whl && portcullis serve --config examples/quickstart/config.yaml
 # whose `../../policies` and `../../.portcullis` resolve beside the configuration.
 # The wheel that passed is left in dist/.

@@ -9,9 +9,11 @@
 4. Imports every module the wheel holds there, so a module that needs a dev-only
    dependency fails here, not at a user's first request.
 5. Runs what a user runs: ``portcullis --help``, ``portcullis policy test`` on the default
-   bundle, and the quickstart (``serve --config examples/quickstart/config.yaml`` on a
-   free port, the bundle and configuration copied beside it as in a checkout), answering
-   one Anthropic Messages and one OpenAI Chat request, then a clean SIGTERM stop.
+   bundle, ``portcullis policy init`` (whose starter's tests and checks pass, from the
+   wheel's files alone), and the quickstart (``serve --config
+   examples/quickstart/config.yaml`` on a free port, the bundle and configuration copied
+   beside it as in a checkout), answering one Anthropic Messages and one OpenAI Chat
+   request, then a clean SIGTERM stop.
 
 Any missing module or data file fails loudly, naming what is missing. ``--dist DIR``
 keeps the wheel that passed, so the artifact shipped is the one tested.
@@ -45,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = Path("examples/quickstart/config.yaml")
 QUICKSTART_DATA = ("policies", "policy-tests")  # beside the configuration, as in a checkout
 START_TIMEOUT = 30.0
+STARTER_THRESHOLD = "70"  # the coverage the starter's ci/policy-ci.sh requires
 
 
 class Failure(Exception):
@@ -69,7 +72,7 @@ def main() -> int:
                 check_installed(python, work)
                 check_modules_import(python, modules, work)
             run = quickstart_checkout(work / "checkout")
-            with phase("portcullis --help and policy test"):
+            with phase("portcullis --help, policy test and policy init"):
                 check_commands(python.parent / "portcullis", run)
             with phase("serve the quickstart"):
                 check_quickstart(python.parent / "portcullis", run)
@@ -216,6 +219,12 @@ def check_commands(portcullis: Path, run: Path) -> None:
         raise Failure(f"`portcullis --help` does not list its commands:\n{usage}")
     result = run_checked([str(portcullis), "policy", "test", *QUICKSTART_DATA], cwd=run, env=clean_env())
     print(f"    policy test: {result.strip().splitlines()[-1] if result.strip() else 'passed'}")
+    # The starter repository comes from the installed package alone: its Rego included.
+    starter = run.parent / "starter"
+    run_checked([str(portcullis), "policy", "init", str(starter)], cwd=run.parent, env=clean_env())
+    tested = run_checked([str(portcullis), "policy", "test", "policies", "policy-tests", "--threshold", STARTER_THRESHOLD], cwd=starter, env=clean_env())
+    run_checked([str(portcullis), "policy", "check", "policies"], cwd=starter, env=clean_env())
+    print(f"    policy init: the starter's tests pass ({tested.strip().splitlines()[-1]}), policy check ok")
 
 
 def check_quickstart(portcullis: Path, run: Path) -> None:

@@ -35,6 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader (`| head`) left: say nothing more, and no traceback at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command SIGPIPE ended
 
 
 def build_parser() -> argparse.ArgumentParser:

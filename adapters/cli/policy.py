@@ -6,12 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from portcullis.adapters.cli import policy_check, policy_eval, policy_test
+from portcullis.adapters.cli import policy_check, policy_diff, policy_eval, policy_init, policy_test
 from portcullis.adapters.cli.common import Failure
 
 
 def register(commands: Any) -> None:
     policy = commands.add_parser("policy", help="author, test and sign policy bundles").add_subparsers(title="policy commands")
+    policy_init.register(policy)
     policy_test.register(policy)
     policy_eval.register(policy)
     sign = policy.add_parser("sign", help="write .signatures.json into a bundle directory (OPA format)")
@@ -26,6 +27,7 @@ def register(commands: Any) -> None:
     build.add_argument("--output", "-o", required=True, type=Path)
     build.set_defaults(run=_policy_build)
     policy_check.register(policy)
+    policy_diff.register(policy)
 
 
 def _policy_sign(args: argparse.Namespace) -> int:

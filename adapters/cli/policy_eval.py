@@ -79,28 +79,10 @@ def _config(args: argparse.Namespace) -> Any:
 
 def _bundle(args: argparse.Namespace, config: Any) -> Any:
     """The bundle as the gateway loads it: with the configuration's keys, providers and
-    PII detectors (``load_bundle``); a --bundle alone is activated against the providers
-    its own catalog names."""
-    import dataclasses
+    PII detectors; a --bundle alone is activated against the providers its own catalog names."""
+    from portcullis.adapters.cli.offline_bundle import activated
 
-    from portcullis.adapters.bundles import load_bundle
-    from portcullis.engine.activation import activate
-    from portcullis.engine.bundle import BundleError, parse_bundle, read_bundle_files
-
-    today = dt.datetime.now(dt.UTC).date()
-    try:
-        if config is not None:
-            if args.bundle is not None:
-                config = dataclasses.replace(config, bundle_path=args.bundle)
-            return load_bundle(config, config.provider_regions(), today)
-        if not args.bundle.exists():
-            raise Failure(f"{args.bundle}: no such file or directory")
-        parsed = parse_bundle(read_bundle_files(args.bundle), [])
-        catalog = ((parsed.data.get("portcullis") or {}).get("catalog")) or {}
-        providers = {target.get("provider") for model in (catalog.get("models") or {}).values() for target in model.get("targets") or []}
-        return activate(parsed, {name: None for name in providers if isinstance(name, str)}, today)
-    except (BundleError, OSError) as error:
-        raise Failure(f"the bundle cannot be loaded: {error}") from None
+    return activated(args.bundle, config)
 
 
 def _json_file(path: Path, flag: str) -> Any:
