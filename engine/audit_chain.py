@@ -74,24 +74,28 @@ def verify(lines: Iterable[bytes], start: ChainHead | None = GENESIS_HEAD, wante
     repairs: list[int] = []
     found: dict[int, str] = {}
     first: int | None = None
+
+    def broken(number: int, problem: str) -> Verification:  # where the walk stopped, and why
+        return Verification(count, head, number, problem, tuple(repairs), first, found)
+
     for number, line in enumerate(lines, start=1):
         if not line.strip():
-            return Verification(count, head, number, "empty line inside the log", tuple(repairs), first, found)
+            return broken(number, "empty line inside the log")
         try:
             record = json.loads(line)
         except ValueError:
-            return Verification(count, head, number, "not a JSON record (damaged or partially written)", tuple(repairs), first, found)
+            return broken(number, "not a JSON record (damaged or partially written)")
         if not isinstance(record, dict):
-            return Verification(count, head, number, "not a JSON object", tuple(repairs), first, found)
+            return broken(number, "not a JSON object")
         if record.get("hash") != record_hash(record):
-            return Verification(count, head, number, f"record seq {record.get('seq')} was altered (hash mismatch)", tuple(repairs), first, found)
+            return broken(number, f"record seq {record.get('seq')} was altered (hash mismatch)")
         follows = record.get("seq") == head.seq + 1 and record.get("prev") == head.hash
         if not follows and not (start is None and count == 0 and isinstance(record.get("seq"), int)):
             problem = f"record seq {record.get('seq')} does not follow seq {head.seq}: a record was removed, reordered or inserted"
-            return Verification(count, head, number, problem, tuple(repairs), first, found)
+            return broken(number, problem)
         if not line.endswith(b"\n"):  # every record is written with its newline: this one was cut short
             problem = f"record seq {record['seq']} is not terminated: a torn write (the gateway cuts it at start-up)"
-            return Verification(count, head, number, problem, tuple(repairs), first, found)
+            return broken(number, problem)
         head = ChainHead(record["seq"], record["hash"])
         first = head.seq if first is None else first
         count += 1

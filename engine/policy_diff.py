@@ -1,164 +1,39 @@
 """What a bundle change does to real decisions: recorded decision inputs (the decision
-log) replayed against two bundles, each difference sorted into the kind a reviewer asks
-about — above all, what the new bundle allows that the old one refused (a widening).
+log) replayed against two bundles, each difference sorted by ``engine/decision_changes``
+into the kind a reviewer asks about, with counts, examples and the principals affected.
 
 Each input is decided by each bundle as the gateway decides it (``ActiveBundle.decide``),
-so each bundle's compiled index is its own, whatever revision recorded the input. The
-outcome compared is what the plan enforces: allow or refuse (and why), the model and
-the chain of targets with their regions, each counter's block limit, the PII action per
-entity, and the tool-call rules the response guard will apply (allow-lists, deny rules,
-declared-only); tools the request offers are judged in the decision itself. Context fit
-(L5) is judged after the plan, against token counts the input does not hold: not compared.
+so each bundle's compiled index is its own, whatever revision recorded the input. Context
+fit (L5) is judged after the plan, against token counts the input does not hold: not
+compared. A tool call's arguments are not in the input either: the tool-call rules that
+apply are compared, with their definitions, not verdicts on calls.
+
+A gate must not pass what it could not compare: an input the log masked, or a decision
+the old bundle no longer reproduces, is counted, and ``caught`` refuses it under
+``--fail-on`` unless masked inputs are accepted explicitly.
 
 Pure: decides in-process, reads no file, no clock.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from portcullis.engine.activation import ActiveBundle
+from portcullis.engine.decision_changes import KIND, KINDS, Outcome, changes, outcome
 from portcullis.engine.decision_log import DECISION_PATH
+from portcullis.engine.errors import printable
 from portcullis.engine.plan import DecisionPlan
 from portcullis.engine.rego import PolicyError
 
-
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    title: str
-    widens: bool  # grants what the old bundle did not: what `--fail-on widen` catches
-
-
-KINDS = (
-    Kind("deny_to_allow", "refused → allowed", True),
-    Kind("allow_to_deny", "allowed → refused", False),
-    Kind("refusal_reason", "refused for another reason", False),
-    Kind("undecidable", "the new bundle cannot decide", False),
-    Kind("model", "model changed", False),
-    Kind("targets", "targets changed", False),
-    Kind("region_added", "a region added", True),
-    Kind("region_removed", "a region removed", False),
-    Kind("limit_looser", "limit looser", True),
-    Kind("limit_tighter", "limit tighter", False),
-    Kind("pii_weaker", "PII action weaker", True),
-    Kind("pii_stricter", "PII action stricter", False),
-    Kind("tools_looser", "tool calls: a rule no longer applies", True),
-    Kind("tools_tighter", "tool calls: a rule now applies", False),
-)
-KIND = {kind.name: kind for kind in KINDS}
 FAIL_ON = {"widen": frozenset(kind.name for kind in KINDS if kind.widens), "any": frozenset(KIND)}
-# Strictest first, as policies/portcullis/pii.rego merges them; no action at all is the weakest.
-_PII_STRICTNESS = ("block", "redact", "tokenize", "pseudonymize", "mask")
+UNCOMPARED = "uncompared"  # what `caught` names when inputs could not be replayed as they were
 MASKED = "(masked)"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one bundle's plan for one input enforces."""
-
-    allow: bool
-    reason: str
-    model: str | None
-    targets: tuple[str, ...]  # provider/model@region, in the plan's order
-    regions: frozenset[str]
-    limits: Mapping[str, int]  # "scope metric/period" -> block limit (micro-USD for cost)
-    pii: Mapping[str, str]  # entity -> action; "on_error" -> fail_closed | fail_open
-    tools: frozenset[str]  # the tool-call rules that apply: "allow [patterns]", "deny <rule>", "declared only"
-
-    def summary(self) -> dict[str, Any]:
-        if not self.allow:
-            return {"allow": False, "reason": self.reason}
-        return {"allow": True, "model": self.model, "targets": list(self.targets)}
-
-
-def outcome(plan: DecisionPlan) -> Outcome:
-    regions: set[str] = set()
-    for target in plan.targets:
-        regions.update(target.regions or (target.region,))
-    pii: dict[str, str] = {}
-    if plan.pii is not None:
-        pii = dict(plan.pii.actions)
-        pii["on_error"] = plan.pii.on_error
-    return Outcome(
-        allow=plan.allow,
-        reason=str(plan.reasons[0].get("code")) if plan.reasons else "",
-        model=plan.model,
-        targets=tuple(f"{t.provider}/{t.model}@{t.region}" for t in plan.targets),
-        regions=frozenset(regions),
-        limits={f"{c.scope} {c.metric}/{c.period}": c.block for c in plan.limits.counters if c.block is not None},
-        pii=pii,
-        tools=_tool_rules(plan),
-    )
-
-
-def _tool_rules(plan: DecisionPlan) -> frozenset[str]:
-    integrity = plan.integrity
-    if integrity is None:
-        return frozenset()
-    rules = {f"allow only {' or '.join(patterns)}" for patterns in integrity.tools_allow}
-    rules |= {f"deny rule {rule}" for rule in integrity.tools_deny}
-    return frozenset(rules | ({"declared tools only"} if integrity.declared_only else set()))
-
-
-def changes(old: Outcome | str, new: Outcome | str) -> list[tuple[str, str]]:
-    """Each difference as (kind, what changed); a str is why a bundle could not decide
-    (the gateway refuses then, so the new bundle failing is ``undecidable`` and the old
-    one failing is a refusal like any other). A flip of allow says it all: the rest of a refused plan
-    (no targets, no limits) is not a change of its own."""
-    if isinstance(new, str):
-        return [] if isinstance(old, str) else [("undecidable", f"{_said(old)} → {new}")]
-    if isinstance(old, str):  # the gateway refused: allowing it now is a widening like any other
-        return [("deny_to_allow", f"{old} → allowed")] if new.allow else [("refusal_reason", f"{old} → {new.reason}")]
-    if old.allow != new.allow:
-        return [("deny_to_allow", f"{old.reason} → allowed") if new.allow else ("allow_to_deny", f"allowed → {new.reason}")]
-    if not new.allow:
-        return [("refusal_reason", f"{old.reason} → {new.reason}")] if old.reason != new.reason else []
-    found = []
-    if old.model != new.model:
-        found.append(("model", f"{old.model} → {new.model}"))
-    elif old.targets != new.targets:
-        found.append(("targets", f"{', '.join(old.targets)} → {', '.join(new.targets)}"))
-    found += [("region_added", region) for region in sorted(new.regions - old.regions)]
-    found += [("region_removed", region) for region in sorted(old.regions - new.regions)]
-    found += _limit_changes(old.limits, new.limits)
-    found += _pii_changes(old.pii, new.pii)
-    found += [("tools_looser", rule) for rule in sorted(old.tools - new.tools)]
-    found += [("tools_tighter", rule) for rule in sorted(new.tools - old.tools)]
-    return found
-
-
-def _limit_changes(old: Mapping[str, int], new: Mapping[str, int]) -> list[tuple[str, str]]:
-    found = []
-    for counter in sorted(old.keys() | new.keys()):
-        before, after = old.get(counter), new.get(counter)
-        if before == after:
-            continue
-        if after is None:
-            found.append(("limit_looser", f"{counter}: {before} → no limit"))
-        elif before is None:
-            found.append(("limit_tighter", f"{counter}: no limit → {after}"))
-        else:
-            found.append(("limit_tighter" if after < before else "limit_looser", f"{counter}: {before} → {after}"))
-    return found
-
-
-def _pii_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[tuple[str, str]]:
-    found = []
-    for entity in sorted(old.keys() | new.keys()):
-        before, after = old.get(entity), new.get(entity)
-        if before == after:
-            continue
-        weaker = after != "fail_closed" if entity == "on_error" else _pii_rank(after) > _pii_rank(before)
-        found.append(("pii_weaker" if weaker else "pii_stricter", f"{entity}: {before or 'none'} → {after or 'none'}"))
-    return found
-
-
-def _pii_rank(action: str | None) -> int:
-    return _PII_STRICTNESS.index(action) if action in _PII_STRICTNESS else len(_PII_STRICTNESS)
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")  # schemas/bundle-data.schema.json#/$defs/identifier
 
 
 @dataclass
@@ -186,11 +61,13 @@ class Diff:
     recorded_revisions: Counter[str] = field(default_factory=Counter)
     groups: dict[str, Group] = field(default_factory=dict)
 
-    def caught(self, fail_on: str | None) -> list[str]:
-        """The kinds of change found that ``--fail-on`` refuses, in report order."""
+    def caught(self, fail_on: str | None, allow_masked: bool = False) -> list[str]:
+        """What ``--fail-on`` refuses: the kinds of change found, in report order, and
+        ``uncompared`` when some inputs could not be replayed as they happened."""
         if fail_on is None:
             return []
-        return [kind.name for kind in KINDS if kind.name in FAIL_ON[fail_on] and kind.name in self.groups]
+        found = [kind.name for kind in KINDS if kind.name in FAIL_ON[fail_on] and kind.name in self.groups]
+        return [*found, UNCOMPARED] if (self.masked or self.diverged) and not allow_masked else found
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -225,6 +102,7 @@ class Replay:
 
     def __init__(self, old: ActiveBundle, new: ActiveBundle, examples: int = 3) -> None:
         self._bundles = (old, new)
+        self._tool_rules = tuple(_tool_rules(bundle) for bundle in self._bundles)
         self.diff = Diff({"revision": old.revision, "digest": old.digest}, {"revision": new.revision, "digest": new.digest}, examples)
 
     def add_all(self, events: Iterable[Mapping[str, Any]]) -> Diff:
@@ -239,12 +117,16 @@ class Replay:
             return
         diff = self.diff
         diff.replayed += 1
-        revision = ((event.get("bundles") or {}).get("portcullis") or {}).get("revision")
-        diff.recorded_revisions[revision if isinstance(revision, str) else "(none)"] += 1
-        if event.get("erased"):
+        bundles = event.get("bundles")
+        recorded = bundles.get("portcullis") if isinstance(bundles, dict) else None
+        revision = recorded.get("revision") if isinstance(recorded, dict) else None
+        diff.recorded_revisions[printable(revision) if isinstance(revision, str) else "(none)"] += 1
+        erased = [pointer for pointer in event.get("erased") or [] if isinstance(pointer, str)] if isinstance(event.get("erased"), list) else []
+        if any(pointer.startswith("/input") for pointer in erased):
             diff.masked += 1
-        old, new = (_decided(bundle, document) for bundle in self._bundles)
-        self._check_fidelity(event, document, old)
+        old, new = (_decided(bundle, document, rules) for bundle, rules in zip(self._bundles, self._tool_rules, strict=True))
+        if not any(pointer.startswith("/result") for pointer in erased):
+            self._check_fidelity(event, document, old)
         found = changes(old, new)
         if not found:
             return
@@ -257,28 +139,24 @@ class Replay:
             if len(group.examples) < diff.examples:
                 group.examples.append(
                     {
-                        "decision_id": event.get("decision_id"),
+                        "decision_id": printable(event.get("decision_id")),
                         "principal": who,
-                        "requested_model": (document.get("request") or {}).get("model"),
+                        "requested_model": printable((document.get("request") or {}).get("model")),
                         "change": detail,
                         "old": old.summary() if isinstance(old, Outcome) else {"error": old},
                         "new": new.summary() if isinstance(new, Outcome) else {"error": new},
                     }
                 )
 
-
     def _check_fidelity(self, event: Mapping[str, Any], document: Mapping[str, Any], replayed: Outcome | str) -> None:
         """Against the decision as recorded, when the old bundle is the one that made it
         and the log kept its result whole."""
         result = event.get("result")
-        erased = event.get("erased") or []
         if not isinstance(result, dict) or not result or event.get("bundle_digest") != self.diff.old["digest"]:
-            return
-        if any(isinstance(pointer, str) and pointer.startswith("/result") for pointer in erased):
             return
         principal = document.get("principal") or {}
         try:
-            recorded = outcome(DecisionPlan.from_policy(result, {"user": principal.get("user"), "key_id": principal.get("key_id")}))
+            recorded = outcome(DecisionPlan.from_policy(result, {"user": principal.get("user"), "key_id": principal.get("key_id")}), self._tool_rules[0])
         except (KeyError, TypeError, ValueError, AttributeError):  # not a plan this engine reads
             return
         if changes(recorded, replayed):
@@ -287,26 +165,33 @@ class Replay:
             self.diff.reproduced += 1
 
 
+def _tool_rules(bundle: ActiveBundle) -> tuple[Mapping[str, Any], ...]:
+    integrity = (bundle.bundle.data.get("portcullis") or {}).get("integrity") or {}
+    return tuple(integrity.get("tool_rules") or ())
+
+
 def _decidable(document: Any) -> bool:
-    """An input document the gateway could have built: objects where it puts objects."""
-    return isinstance(document, dict) and all(isinstance(document.get(part, {}), dict) for part in ("principal", "request", "facts"))
+    """An input document the gateway could have built: objects where it puts objects, and
+    the principal's ids strings (or no user / key)."""
+    if not isinstance(document, dict) or not all(isinstance(document.get(part, {}), dict) for part in ("principal", "request", "facts")):
+        return False
+    principal = document.get("principal") or {}
+    return all(isinstance(principal.get(name), str | None) for name in ("team", "user", "key_id"))
 
 
-def _decided(bundle: ActiveBundle, document: Mapping[str, Any]) -> Outcome | str:
+def _decided(bundle: ActiveBundle, document: Mapping[str, Any], tool_rules: tuple[Mapping[str, Any], ...]) -> Outcome | str:
     """The bundle's outcome, or why it could not decide (the gateway refuses then)."""
     try:
-        return outcome(bundle.decide(document))
+        return outcome(bundle.decide(document), tool_rules)
     except PolicyError as error:
         return f"policy error: {error}"
 
 
 def principal_of(document: Mapping[str, Any]) -> str:
+    """``team/user`` as reviewers know them (ids as tenants/data.yaml spells them; anything
+    else, which a log could hold, is not echoed into a terminal or a CI log)."""
     principal = document.get("principal")
     if not isinstance(principal, dict) or not isinstance(principal.get("team"), str):
         return MASKED
-    user = principal.get("user")
-    return f"{principal['team']}/{user}" if isinstance(user, str) else principal["team"]
-
-
-def _said(result: Outcome) -> str:
-    return "allowed" if result.allow else result.reason
+    parts = [principal["team"]] + ([principal["user"]] if isinstance(principal.get("user"), str) else [])
+    return "/".join(part if _ID.fullmatch(part) else "<unprintable>" for part in parts)

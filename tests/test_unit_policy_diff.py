@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -26,8 +27,9 @@ from portcullis.adapters.cli.offline_bundle import activated
 from portcullis.adapters.decision_logs.config import DecisionLogsConfig
 from portcullis.adapters.decision_logs.logger import DecisionLogger, PendingDecision
 from portcullis.engine.activation import ActiveBundle
+from portcullis.engine.decision_changes import Outcome, changes
 from portcullis.engine.decision_log import parse_pointer
-from portcullis.engine.policy_diff import Outcome, Replay, changes
+from portcullis.engine.policy_diff import Replay
 from tests.bundles import CATALOG, TENANTS, write_bundle
 from tests.pii_helpers import REGULATED
 
@@ -155,7 +157,8 @@ def test_the_same_bundle_changes_nothing(bundles: dict[str, Path], tmp_path: Pat
 
 def test_a_region_lock_lifted_adds_a_region_and_changes_the_targets(bundles: dict[str, Path]) -> None:
     report = replay(bundles["base"], bundles["unlocked"], TRAFFIC)
-    assert set(report["changes"]) == {"targets", "region_added"}
+    assert set(report["changes"]) == {"targets", "provider_added", "region_added"}
+    assert report["changes"]["provider_added"]["examples"][0]["change"] == "anthropic-us"
     added = report["changes"]["region_added"]
     assert added["widens"] and added["principals"] == {"eu-team": 1} and added["examples"][0]["change"] == "us-east-1"
     assert report["changes"]["targets"]["examples"][0]["change"] == f"{SONNET_EU}, {HAIKU_EU} → {SONNET_US}, {SONNET_EU}, {HAIKU_EU}"
@@ -207,16 +210,17 @@ def test_tool_rules_that_stop_applying_are_a_widening(tmp_path: Path) -> None:
     old = write_bundle(tmp_path / "old", integrity=integrity(["credential-files", "destructive-command"], True))
     new = write_bundle(tmp_path / "new", integrity=integrity(["credential-files"], False))
     report = replay(old, new, [request("eng", "dave", tools=["bash"])])
-    assert [e["change"] for e in report["changes"]["tools_looser"]["examples"]] == ["declared tools only", "deny rule destructive-command"]
+    looser = [e["change"] for e in report["changes"]["tools_looser"]["examples"]]
+    assert looser[0] == "declared tools only" and looser[1].startswith("deny rule destructive-command (")
     assert report["changes"]["tools_looser"]["widens"] and "tools_tighter" not in report["changes"]
 
 
 def test_kinds_of_a_single_comparison() -> None:
-    def allowed(model: str, targets: tuple[str, ...] = ("p/m@r",)) -> Outcome:
-        return Outcome(True, "allowed", model, targets, frozenset({"r"}), {}, {}, frozenset())
+    def allowed(model: str, **extra: Any) -> Outcome:
+        return Outcome(True, "allowed", model, ("p/m@r",), frozenset({"p"}), frozenset({"r"}), **extra)
 
     def refused(reason: str) -> Outcome:
-        return Outcome(False, reason, None, (), frozenset(), {}, {}, frozenset())
+        return Outcome(False, reason)
 
     assert changes(allowed("a"), allowed("b")) == [("model", "a → b")]
     assert changes(refused("model_not_allowed"), refused("unknown_model")) == [("refusal_reason", "model_not_allowed → unknown_model")]
@@ -226,6 +230,9 @@ def test_kinds_of_a_single_comparison() -> None:
     assert changes("policy error: x", allowed("a")) == [("deny_to_allow", "policy error: x → allowed")]
     assert changes("policy error: x", refused("unknown_model")) == [("refusal_reason", "policy error: x → unknown_model")]
     assert changes("policy error: x", "policy error: y") == []
+    hard, soft = allowed("a", limits={"team:t cost/month": (10, True)}), allowed("a", limits={"team:t cost/month": (10, False)})
+    assert changes(hard, soft) == [("limit_looser", "team:t cost/month: hard → soft")]
+    assert changes(allowed("a", document='{"x": 1}'), allowed("a", document='{"x": 2}')) == [("plan_other", "x")]
 
 
 # --- decision logs as the gateway writes them -----------------------------------------------
@@ -303,3 +310,104 @@ def test_the_live_bundle_may_be_the_signed_tarball_the_gateway_serves(bundles: d
     report = json.loads(result.stdout)
     assert report["old"]["digest"] == activated(bundles["base"], None).digest
     assert report["changes"]["deny_to_allow"]["principals"] == {"eng/carol": 1}
+
+
+def test_what_else_a_plan_enforces_is_compared(tmp_path: Path) -> None:
+    """Restoring tokens, unsupported content, the output guard, a tool rule's definition,
+    an internal target: each weakening is a widening; a new policy prompt is a change."""
+    readers = copy.deepcopy(REGULATED) | {"token_readers": ["eng/carol", "eng/dave"]}
+    rules = yaml.safe_load((ROOT / "policies" / "portcullis" / "integrity" / "data.yaml").read_text())
+    agents = {
+        "teams": ["eng"],
+        "tools": {"deny": ["credential-files"]},
+        "output": {"actions": {"secrets": "redact"}},
+        "prompt": {"version": "1", "text": "Be careful."},
+    }
+    old_integrity = {"tool_rules": rules["tool_rules"], "policies": {"agents": agents}}
+    new_integrity = copy.deepcopy(old_integrity)
+    new_integrity["tool_rules"][2]["pattern"] = "never-matches-anything"  # same id, narrower rule
+    new_integrity["policies"]["agents"]["output"]["actions"]["secrets"] = "flag"
+    new_integrity["policies"]["agents"]["prompt"]["text"] = "Be very careful."
+    internal = copy.deepcopy(CATALOG)
+    internal["models"]["claude-sonnet-4-5"]["targets"][1]["internal"] = True
+    common = {"tenants": copy.deepcopy(TENANTS)}
+    old = write_bundle(tmp_path / "old", catalog=copy.deepcopy(CATALOG), pii={"regulated": REGULATED}, sections={"integrity": old_integrity}, **common)
+    new = write_bundle(tmp_path / "new", catalog=internal, pii={"regulated": readers}, sections={"integrity": new_integrity}, **common)
+    report = replay(old, new, [request("eng", "dave")])
+    details = {kind: [e["change"] for e in group["examples"]] for kind, group in report["changes"].items()}
+    assert details["pii_weaker"] == ["restore_tokens: False → True"]
+    assert details["integrity_weaker"] == ["output secrets: redact → flag"]
+    assert details["provider_added"] == ["anthropic-eu (internal)"]
+    assert len(details["tools_looser"]) == 1 and details["tools_looser"][0].startswith("deny rule credential-files (")
+    assert len(details["tools_tighter"]) == 1  # the same id with its new definition
+    prompt_only = copy.deepcopy(old_integrity)
+    prompt_only["policies"]["agents"]["prompt"]["text"] = "Be very careful."
+    reworded = write_bundle(tmp_path / "reworded", catalog=copy.deepcopy(CATALOG), pii={"regulated": REGULATED}, sections={"integrity": prompt_only}, **common)
+    assert replay(old, reworded, [request("eng", "dave")])["changes"]["plan_other"]["examples"][0]["change"] == "integrity"
+
+
+def test_a_masked_log_does_not_pass_the_gate_unless_accepted(bundles: dict[str, Path], tmp_path: Path) -> None:
+    """Masking the user hides carol's widened grant from the replay: the gate says it could
+    not compare, rather than passing it."""
+    log = write_log(tmp_path / "decisions.jsonl", logged(activated(bundles["base"], None), TRAFFIC, "/input/principal/user"))
+    gated = policy_diff(bundles["base"], bundles["widened"], log, "--fail-on", "widen")
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    assert "FAIL (--fail-on widen): uncompared" in gated.stdout and "--allow-masked accepts that" in gated.stdout
+    accepted = policy_diff(bundles["base"], bundles["widened"], log, "--fail-on", "widen", "--allow-masked")
+    assert accepted.returncode == 0 and "ok (--fail-on widen)" in accepted.stdout
+    result_only = write_log(tmp_path / "results.jsonl", logged(activated(bundles["base"], None), TRAFFIC, "/result/reasons"))
+    unmasked = json.loads(policy_diff(bundles["base"], bundles["widened"], result_only, "--format", "json", "--fail-on", "widen").stdout)
+    assert unmasked["inputs"]["masked"] == 0 and unmasked["caught"] == ["deny_to_allow"]
+
+
+def test_flags_examples_config_and_several_logs(bundles: dict[str, Path], tmp_path: Path) -> None:
+    first = write_log(tmp_path / "a.jsonl", events(TRAFFIC[:3]))
+    second = write_log(tmp_path / "b.jsonl", events([request("eng", "carol")] * 4, revision="test-0"))
+    result = policy_diff(bundles["base"], bundles["widened"], first, "--inputs", str(second), "--examples", "1", "--format", "json")
+    report = json.loads(result.stdout)
+    group = report["changes"]["deny_to_allow"]
+    assert group["count"] == 5 and len(group["examples"]) == 1 and group["principals"] == {"eng/carol": 5}
+    assert report["inputs"]["recorded_revisions"] == {"test-1": 3, "test-0": 4}
+    # the quickstart's gateway has one provider, mock: a bundle routing to others is one it would refuse
+    quickstart = ROOT / "examples" / "quickstart" / "config.yaml"
+    refused = policy_diff(bundles["base"], bundles["widened"], first, "--config", str(quickstart))
+    assert refused.returncode == 1 and "cannot be loaded" in refused.stderr and "anthropic-us" in refused.stderr
+    served = policy_diff(
+        ROOT / "policies", ROOT / "policies", write_log(tmp_path / "demo.jsonl", events([request("demo", "bob")])), "--config", str(quickstart)
+    )
+    assert served.returncode == 0 and "1 unchanged" in served.stdout
+
+
+def test_refusal_reasons_and_undecidable_inputs_through_the_command(bundles: dict[str, Path], tmp_path: Path) -> None:
+    no_haiku = copy.deepcopy(CATALOG)
+    del no_haiku["models"]["claude-haiku-4-5"]
+    no_haiku["models"]["claude-sonnet-4-5"].pop("fallbacks")
+    del no_haiku["aliases"]["haiku"]
+    new = write_bundle(tmp_path / "no-haiku", copy.deepcopy(TENANTS), no_haiku, revision="test-2")
+    log = write_log(tmp_path / "decisions.jsonl", events([request("sonnet-only", None, "haiku")]))
+    result = policy_diff(bundles["base"], new, log, "--fail-on", "any")
+    assert result.returncode == 1 and "refused for another reason (refusal_reason): 1" in result.stdout
+    assert "model_not_allowed → unknown_model" in result.stdout
+
+
+def test_odd_events_are_skipped_or_a_clear_error_never_a_traceback(bundles: dict[str, Path], tmp_path: Path) -> None:
+    base = events(TRAFFIC[:1])[0]
+    odd = [
+        base | {"bundles": ["portcullis"], "erased": 5, "decision_id": "req-\ud800\x1b[31m"},
+        base | {"input": {"principal": {"team": "eng", "user": {"id": 1}}, "request": {}}},
+        base | {"input": {"principal": {"team": "eng", "user": "carol"}, "request": "sonnet"}},
+    ]
+    log = write_log(tmp_path / "odd.jsonl", odd)
+    result = policy_diff(bundles["base"], bundles["widened"], log, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["inputs"]["replayed"] == 1 and report["inputs"]["skipped"] == 2
+    assert report["changes"]["deny_to_allow"]["examples"][0]["decision_id"] == "<unprintable name>"
+    (tmp_path / "deep.jsonl").write_text("[" * 100000 + "]" * 100000 + "\n")
+    deep = policy_diff(bundles["base"], bundles["base"], tmp_path / "deep.jsonl")
+    assert deep.returncode == 1 and "deep.jsonl:1: nested deeper" in deep.stderr
+    damaged = bytearray(gzip.compress(b'{"a": 1}\n' * 1000))
+    damaged[20:40] = b"\xff" * 20
+    (tmp_path / "damaged.gz").write_bytes(bytes(damaged))
+    broken = policy_diff(bundles["base"], bundles["base"], tmp_path / "damaged.gz")
+    assert broken.returncode == 1 and "cannot be read" in broken.stderr and "Traceback" not in broken.stderr

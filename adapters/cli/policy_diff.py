@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,11 @@ def register(policy: Any) -> None:
     )
     diff.add_argument("--config", "-c", help="gateway configuration whose providers and PII detectors both bundles are checked against")
     diff.add_argument("--fail-on", choices=["widen", "any"], help="exit 1 when such a change is found: widen (access, limits, PII, tools, regions) or any")
+    diff.add_argument(
+        "--allow-masked",
+        action="store_true",
+        help="let --fail-on pass decisions that could not be replayed as they happened (masked inputs, diverged decisions)",
+    )
     diff.add_argument("--examples", type=int, default=3, metavar="N", help="examples kept per kind of change (default: 3)")
     diff.add_argument("--format", choices=["pretty", "json"], default="pretty")
     diff.set_defaults(run=_policy_diff)
@@ -57,9 +63,9 @@ def _policy_diff(args: argparse.Namespace) -> int:
     if diff.replayed == 0:
         files = ", ".join(map(str, args.inputs))
         raise Failure(f"no decisions to replay in {files} (of {diff.skipped} events, none of path portcullis/decision with an input)")
-    caught = diff.caught(args.fail_on)
+    caught = diff.caught(args.fail_on, args.allow_masked)
     if args.format == "json":
-        text = json.dumps({**diff.as_json(), "fail_on": args.fail_on, "caught": caught}, indent=2, ensure_ascii=False)
+        text = json.dumps({**diff.as_json(), "fail_on": args.fail_on, "caught": caught}, indent=2)
     else:
         text = render(diff.as_json(), args.fail_on, caught)
     try:
@@ -83,15 +89,19 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
                     value = json.loads(line)
                 except ValueError as error:
                     raise Failure(f"{path}:{number}: not JSON ({error})") from None
+                except RecursionError:
+                    raise Failure(f"{path}:{number}: nested deeper than a decision-log event is") from None
                 for event in value if isinstance(value, list) else [value]:
                     if not isinstance(event, dict):
                         raise Failure(f"{path}:{number}: a decision-log event is a JSON object, not {type(event).__name__}")
                     yield event
-    except (OSError, EOFError) as error:  # a truncated or damaged gzip stream
+    except (OSError, EOFError, zlib.error) as error:  # a truncated or damaged gzip stream
         raise Failure(f"{path}: cannot be read ({error})") from None
 
 
 def render(report: dict[str, Any], fail_on: str | None, caught: list[str]) -> str:
+    from portcullis.engine.policy_diff import UNCOMPARED
+
     inputs = report["inputs"]
     old, new = report["old"], report["new"]
     lines = [
@@ -106,6 +116,8 @@ def render(report: dict[str, Any], fail_on: str | None, caught: list[str]) -> st
             f"warning: the old bundle decided {inputs['diverged']} of the {inputs['diverged'] + inputs['reproduced']} decisions it recorded"
             " differently on replay (masked inputs replay without the erased values): those are not compared as they happened"
         )
+    elif inputs["masked"]:
+        lines.append(f"warning: {inputs['masked']} inputs were masked: they replay without the erased values, not as they happened")
     for name, group in report["changes"].items():
         flag = "  [widens]" if group["widens"] else ""
         principals = ", ".join(f"{who} ({count})" for who, count in list(group["principals"].items())[:10])
@@ -117,4 +129,6 @@ def render(report: dict[str, Any], fail_on: str | None, caught: list[str]) -> st
         lines += ["", "no decision changes"]
     if fail_on is not None:
         lines += ["", f"FAIL (--fail-on {fail_on}): {', '.join(caught)}" if caught else f"ok (--fail-on {fail_on}): nothing to refuse"]
+        if UNCOMPARED in caught:
+            lines.append("  uncompared: masked or diverged decisions were not replayed as they happened; --allow-masked accepts that")
     return "\n".join(lines)
