@@ -81,9 +81,10 @@ class Outcome:
         return {"allow": True, "model": self.model, "targets": list(self.targets)}
 
 
-def outcome(plan: DecisionPlan, tool_rules: Sequence[Mapping[str, Any]] = ()) -> Outcome:
-    """``tool_rules``: the bundle's definitions (data.portcullis.integrity.tool_rules), so
-    a deny rule whose pattern changed under the same id is a change."""
+def outcome(plan: DecisionPlan, tool_rules: Sequence[Mapping[str, Any]] = (), injection_rules: Sequence[Mapping[str, Any]] = ()) -> Outcome:
+    """``tool_rules``, ``injection_rules``: the bundle's definitions (data.portcullis.integrity),
+    which the plan names or implies but does not hold, so a rule whose pattern or weight
+    changed under the same id is a change."""
     pii = None
     if plan.pii is not None:
         policy = plan.pii
@@ -106,6 +107,12 @@ def outcome(plan: DecisionPlan, tool_rules: Sequence[Mapping[str, Any]] = ()) ->
             "thresholds": dict(policy.thresholds),
             "spotlight": policy.spotlight,
             "allowed_hosts": frozenset(" or ".join(hosts) for hosts in policy.allowed_hosts),
+            "canaries": frozenset(policy.prompt.canaries) if policy.prompt is not None else frozenset(),
+            "prompt": _fingerprint({"version": policy.prompt.version, "text": policy.prompt.text}) if policy.prompt is not None else None,
+            # the scanner's rules matter only where it scans
+            "injection_rules": frozenset(f"{rule.get('id')} ({_fingerprint(rule)})" for rule in injection_rules if isinstance(rule, Mapping))
+            if policy.scan_surfaces
+            else frozenset(),
         }
         definitions = {rule.get("id"): _fingerprint(rule) for rule in tool_rules if isinstance(rule, Mapping)}
         tools = {f"allow only {' or '.join(patterns)}" for patterns in policy.tools_allow}
@@ -116,7 +123,7 @@ def outcome(plan: DecisionPlan, tool_rules: Sequence[Mapping[str, Any]] = ()) ->
         reason=str(plan.reasons[0].get("code")) if plan.reasons else "",
         model=plan.model,
         targets=tuple(f"{t.provider}/{t.model}@{t.region}" for t in plan.targets),
-        providers=frozenset(t.provider + (" (internal)" if t.internal else "") for t in plan.targets),
+        providers=frozenset(t.provider for t in plan.targets) | {f"{t.provider}/{t.model}@{t.region} (internal)" for t in plan.targets if t.internal},
         regions=frozenset(region for t in plan.targets for region in t.regions or (t.region,)),
         limits={f"{c.scope} {c.metric}/{c.period}": (c.block, c.hard) for c in plan.limits.counters if c.block is not None},
         pii=pii,
@@ -189,7 +196,9 @@ def _pii_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -
         found.append(("pii_weaker" if new["restore_tokens"] else "pii_stricter", f"restore_tokens: {old['restore_tokens']} → {new['restore_tokens']}"))
     found += _numbers("pii", "min_score", old["min_score"], new["min_score"])
     found += _members("pii", "detector", old["detectors"], new["detectors"])
-    found += _members("pii", "field", old["fields"], new["fields"])
+    # the fields the filter can transform: personal data found outside them is unsupported
+    # content (blocked, or sent to internal targets only), so one more lets more leave
+    found += _members("pii", "transformable field", old["fields"], new["fields"], fewer_is_weaker=False)
     return found
 
 
@@ -208,8 +217,13 @@ def _integrity_changes(old: Outcome, new: Outcome) -> list[Change]:
     for surface in sorted(before["thresholds"].keys() & after["thresholds"].keys()):
         found += _numbers("integrity", f"injection threshold {surface}", before["thresholds"][surface], after["thresholds"][surface])
     found += _members("integrity", "spotlight", before["spotlight"], after["spotlight"])
-    found += [("integrity_weaker", f"allowed host {hosts}") for hosts in sorted(after["allowed_hosts"] - before["allowed_hosts"])]
-    found += [("integrity_stricter", f"no allowed host {hosts}") for hosts in sorted(before["allowed_hosts"] - after["allowed_hosts"])]
+    found += _members("integrity", "canary", before["canaries"], after["canaries"])
+    found += _members("integrity", "injection rule", before["injection_rules"], after["injection_rules"])
+    # a URL is let through only when every policy judging URLs allows its host: one list
+    # fewer lets more through
+    found += _members("integrity", "allowed-host list", before["allowed_hosts"], after["allowed_hosts"])
+    if before["prompt"] != after["prompt"]:
+        found.append(("integrity_weaker", "no policy prompt") if after["prompt"] is None else ("plan_other", "the policy prompt's text"))
     return found
 
 
@@ -229,10 +243,11 @@ def _numbers(area: str, label: str, old: float, new: float) -> list[Change]:
     return [] if old == new else [(f"{area}_{'weaker' if new > old else 'stricter'}", f"{label}: {old} → {new}")]
 
 
-def _members(area: str, label: str, old: Collection[str], new: Collection[str]) -> list[Change]:
-    """What is inspected or applied: one fewer is weaker."""
-    removed = [(f"{area}_weaker", f"no {label} {item}") for item in sorted(set(old) - set(new))]
-    return removed + [(f"{area}_stricter", f"{label} {item}") for item in sorted(set(new) - set(old))]
+def _members(area: str, label: str, old: Collection[str], new: Collection[str], fewer_is_weaker: bool = True) -> list[Change]:
+    """What is inspected or applied: one fewer is weaker (or, ``fewer_is_weaker=False``, stricter)."""
+    fewer, more = ("weaker", "stricter") if fewer_is_weaker else ("stricter", "weaker")
+    removed = [(f"{area}_{fewer}", f"no {label} {item}") for item in sorted(set(old) - set(new))]
+    return removed + [(f"{area}_{more}", f"{label} {item}") for item in sorted(set(new) - set(old))]
 
 
 def _rank(order: Sequence[str], action: str | None) -> int:
@@ -240,7 +255,9 @@ def _rank(order: Sequence[str], action: str | None) -> int:
 
 
 def _fingerprint(rule: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(rule, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    """What a rule does, not how it is described."""
+    meaning = {key: value for key, value in rule.items() if key not in ("message", "description")}
+    return hashlib.sha256(json.dumps(meaning, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def _differing_keys(old: str, new: str) -> list[str]:

@@ -102,7 +102,7 @@ class Replay:
 
     def __init__(self, old: ActiveBundle, new: ActiveBundle, examples: int = 3) -> None:
         self._bundles = (old, new)
-        self._tool_rules = tuple(_tool_rules(bundle) for bundle in self._bundles)
+        self._rules = tuple(_rules(bundle) for bundle in self._bundles)
         self.diff = Diff({"revision": old.revision, "digest": old.digest}, {"revision": new.revision, "digest": new.digest}, examples)
 
     def add_all(self, events: Iterable[Mapping[str, Any]]) -> Diff:
@@ -124,7 +124,7 @@ class Replay:
         erased = [pointer for pointer in event.get("erased") or [] if isinstance(pointer, str)] if isinstance(event.get("erased"), list) else []
         if any(pointer.startswith("/input") for pointer in erased):
             diff.masked += 1
-        old, new = (_decided(bundle, document, rules) for bundle, rules in zip(self._bundles, self._tool_rules, strict=True))
+        old, new = (_decided(bundle, document, rules) for bundle, rules in zip(self._bundles, self._rules, strict=True))
         if not any(pointer.startswith("/result") for pointer in erased):
             self._check_fidelity(event, document, old)
         found = changes(old, new)
@@ -156,7 +156,8 @@ class Replay:
             return
         principal = document.get("principal") or {}
         try:
-            recorded = outcome(DecisionPlan.from_policy(result, {"user": principal.get("user"), "key_id": principal.get("key_id")}), self._tool_rules[0])
+            plan = DecisionPlan.from_policy(result, {"user": principal.get("user"), "key_id": principal.get("key_id")})
+            recorded = outcome(plan, *self._rules[0])
         except (KeyError, TypeError, ValueError, AttributeError):  # not a plan this engine reads
             return
         if changes(recorded, replayed):
@@ -165,9 +166,10 @@ class Replay:
             self.diff.reproduced += 1
 
 
-def _tool_rules(bundle: ActiveBundle) -> tuple[Mapping[str, Any], ...]:
+def _rules(bundle: ActiveBundle) -> tuple[tuple[Mapping[str, Any], ...], tuple[Mapping[str, Any], ...]]:
+    """The tool-call and injection rules' definitions, which plans name but do not hold."""
     integrity = (bundle.bundle.data.get("portcullis") or {}).get("integrity") or {}
-    return tuple(integrity.get("tool_rules") or ())
+    return tuple(integrity.get("tool_rules") or ()), tuple(integrity.get("injection_rules") or ())
 
 
 def _decidable(document: Any) -> bool:
@@ -179,10 +181,10 @@ def _decidable(document: Any) -> bool:
     return all(isinstance(principal.get(name), str | None) for name in ("team", "user", "key_id"))
 
 
-def _decided(bundle: ActiveBundle, document: Mapping[str, Any], tool_rules: tuple[Mapping[str, Any], ...]) -> Outcome | str:
+def _decided(bundle: ActiveBundle, document: Mapping[str, Any], rules: tuple[tuple[Mapping[str, Any], ...], ...]) -> Outcome | str:
     """The bundle's outcome, or why it could not decide (the gateway refuses then)."""
     try:
-        return outcome(bundle.decide(document), tool_rules)
+        return outcome(bundle.decide(document), *rules)
     except PolicyError as error:
         return f"policy error: {error}"
 

@@ -50,11 +50,13 @@ def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> bool:
 
 @dataclass
 class WebhookReceiver:
-    """An operator's endpoint for events: each delivery's body, raw bytes and headers
-    (lower-cased names), answered 204."""
+    """An operator's endpoint (events' webhooks, a decision-log service): each POST's path,
+    raw bytes, body (JSON, or None for bytes that are not) and headers (lower-cased names),
+    answered ``statuses`` in turn, then 204."""
 
     url: str
     received: list[dict[str, Any]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -63,9 +65,15 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            receiver.received.append({"body": json.loads(body), "raw": body, "headers": {k.lower(): v for k, v in self.headers.items()}})
-            self.send_response(204)
+            raw = self.rfile.read(int(self.headers["content-length"]))
+            try:
+                body = json.loads(raw)
+            except ValueError:  # gzip-compressed, say
+                body = None
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            receiver.received.append({"path": self.path, "body": body, "raw": raw, "headers": headers})
+            self.send_response(receiver.statuses.pop(0) if receiver.statuses else 204)
+            self.send_header("content-length", "0")
             self.end_headers()
 
         def log_message(self, *args: Any) -> None:

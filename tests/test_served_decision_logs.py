@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
 
-from tests.conftest import Fakes, wait_for
+from tests.conftest import Fakes, WebhookReceiver, wait_for
 from tests.pii_helpers import claude
 
 pytestmark = pytest.mark.served
@@ -77,41 +73,10 @@ def test_each_decided_request_is_one_masked_event_named_by_its_audit_record(tmp_
     assert gateway.logs().count(PROMPT) == 0
 
 
-@dataclass
-class LogService:
-    """An OPA-compatible decision-log service: keeps each POST as it came over the wire,
-    and answers ``statuses`` in turn, then 204."""
-
-    url: str = ""
-    statuses: list[int] = field(default_factory=list)
-    received: list[dict[str, Any]] = field(default_factory=list)
-
-
-@pytest.fixture
-def log_service() -> Iterator[LogService]:
-    service = LogService()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            service.received.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
-            self.send_response(service.statuses.pop(0) if service.statuses else 204)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    service.url = f"http://127.0.0.1:{server.server_port}/logs?token=qs-secret"
-    yield service
-    server.shutdown()
-    server.server_close()
-
-
-def test_events_are_posted_gzip_compressed_and_a_failed_post_is_retried(tmp_path: Path, fresh_gateway, fakes: Fakes, log_service: LogService) -> None:
+def test_events_are_posted_gzip_compressed_and_a_failed_post_is_retried(tmp_path: Path, fresh_gateway, fakes: Fakes, webhook_receiver: WebhookReceiver) -> None:
+    log_service = webhook_receiver
     log_service.statuses = [503]
+    log_service.url = log_service.url.replace("/hook", "/logs?token=qs-secret")  # a token in the query is never logged
     gateway = fresh_gateway(
         decision_logs={"http": {"url": log_service.url, "bearer_token_env": TOKEN_ENV}, "mask": MASK, "flush_seconds": 0.1},
         env={TOKEN_ENV: "dl-token-123"},
@@ -120,19 +85,19 @@ def test_events_are_posted_gzip_compressed_and_a_failed_post_is_retried(tmp_path
     assert wait_for(lambda: len(log_service.received) >= 2, timeout=10)
 
     failed, delivered = log_service.received[:2]
-    assert failed["body"] == delivered["body"]  # the same batch, sent again
+    assert failed["raw"] == delivered["raw"]  # the same batch, sent again
     headers = delivered["headers"]
     assert headers["content-encoding"] == "gzip" and headers["content-type"] == "application/json"
     assert headers["authorization"] == "Bearer dl-token-123"
-    [event] = json.loads(gzip.decompress(delivered["body"]))
+    [event] = json.loads(gzip.decompress(delivered["raw"]))
     [started] = [r for r in gateway.settled() if r["event"] == "request_started"]
     assert event["decision_id"] == started["decision_id"] == served
     assert "user" not in event["input"]["principal"] and "tools" not in event["input"]["request"] and event["result"]["allow"] is True
-    assert PROMPT.encode() not in gzip.decompress(delivered["body"])
+    assert PROMPT.encode() not in gzip.decompress(delivered["raw"])
     logs = gateway.logs()
     assert "qs-secret" not in logs and "dl-token-123" not in logs
 
 
-def test_a_missing_bearer_token_stops_start_up(fresh_gateway, log_service: LogService) -> None:
+def test_a_missing_bearer_token_stops_start_up(fresh_gateway, webhook_receiver: WebhookReceiver) -> None:
     with pytest.raises(RuntimeError, match=f"decision_logs.http.bearer_token_env: environment variable {TOKEN_ENV} is not set"):
-        fresh_gateway(decision_logs={"http": {"url": log_service.url, "bearer_token_env": TOKEN_ENV}}, env={TOKEN_ENV: ""})
+        fresh_gateway(decision_logs={"http": {"url": webhook_receiver.url, "bearer_token_env": TOKEN_ENV}}, env={TOKEN_ENV: ""})

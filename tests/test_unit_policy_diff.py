@@ -234,6 +234,20 @@ def test_kinds_of_a_single_comparison() -> None:
     assert changes(hard, soft) == [("limit_looser", "team:t cost/month: hard → soft")]
     assert changes(allowed("a", document='{"x": 1}'), allowed("a", document='{"x": 2}')) == [("plan_other", "x")]
 
+    # every policy judging URLs must allow a host: a list fewer lets more through
+    def hosts(*lists: str) -> Outcome:
+        judged = {"output": {}, "scan": {}, "thresholds": {}, "spotlight": frozenset(), "canaries": frozenset(), "prompt": None, "injection_rules": frozenset()}
+        return allowed("a", integrity=judged | {"allowed_hosts": frozenset(lists)})
+
+    assert changes(hosts("docs.example.com", "*.example.com"), hosts("*.example.com")) == [("integrity_weaker", "no allowed-host list docs.example.com")]
+
+    # the fields the PII filter can transform: one more lets personal data found there leave
+    def fields(*names: str) -> Outcome:
+        pii = {"actions": {}, "on_error": "fail_closed", "unsupported": "block", "restore_tokens": False, "min_score": 0.5, "detectors": frozenset()}
+        return allowed("a", pii=pii | {"fields": frozenset(names)})
+
+    assert changes(fields("text"), fields("text", "tool_results")) == [("pii_weaker", "transformable field tool_results")]
+
 
 # --- decision logs as the gateway writes them -----------------------------------------------
 
@@ -337,13 +351,28 @@ def test_what_else_a_plan_enforces_is_compared(tmp_path: Path) -> None:
     details = {kind: [e["change"] for e in group["examples"]] for kind, group in report["changes"].items()}
     assert details["pii_weaker"] == ["restore_tokens: False → True"]
     assert details["integrity_weaker"] == ["output secrets: redact → flag"]
-    assert details["provider_added"] == ["anthropic-eu (internal)"]
+    assert details["provider_added"] == [f"{SONNET_EU} (internal)"]
     assert len(details["tools_looser"]) == 1 and details["tools_looser"][0].startswith("deny rule credential-files (")
     assert len(details["tools_tighter"]) == 1  # the same id with its new definition
     prompt_only = copy.deepcopy(old_integrity)
     prompt_only["policies"]["agents"]["prompt"]["text"] = "Be very careful."
     reworded = write_bundle(tmp_path / "reworded", catalog=copy.deepcopy(CATALOG), pii={"regulated": REGULATED}, sections={"integrity": prompt_only}, **common)
-    assert replay(old, reworded, [request("eng", "dave")])["changes"]["plan_other"]["examples"][0]["change"] == "integrity"
+    assert replay(old, reworded, [request("eng", "dave")])["changes"]["plan_other"]["examples"][0]["change"] == "the policy prompt's text"
+    # the canary is what the output guard looks for; the scanner's rules are the bundle's, not the plan's
+    scanned = copy.deepcopy(old_integrity)
+    scanned["policies"]["agents"] |= {
+        "prompt": {"version": "1", "text": "Be careful.", "canary": "PCX-CANARY-1"},
+        "injection": {"threshold": 3, "surfaces": {"user": "block"}},
+    }
+    cut = copy.deepcopy(scanned)
+    cut["policies"]["agents"]["prompt"].pop("canary")
+    cut["injection_rules"] = [rule for rule in rules["injection_rules"] if rule["id"] != "override-instructions"]
+    before = write_bundle(
+        tmp_path / "scanned", catalog=copy.deepcopy(CATALOG), sections={"integrity": scanned | {"injection_rules": rules["injection_rules"]}}, **common
+    )
+    after = write_bundle(tmp_path / "cut", catalog=copy.deepcopy(CATALOG), sections={"integrity": cut}, **common)
+    weaker = [e["change"] for e in replay(before, after, [request("eng", "dave")])["changes"]["integrity_weaker"]["examples"]]
+    assert weaker[0] == "no canary PCX-CANARY-1" and weaker[1].startswith("no injection rule override-instructions (")
 
 
 def test_a_masked_log_does_not_pass_the_gate_unless_accepted(bundles: dict[str, Path], tmp_path: Path) -> None:

@@ -32,7 +32,11 @@ def register(policy: Any) -> None:
         "--inputs", action="append", required=True, type=Path, metavar="FILE", help="a decision log: OPA decision-log events, JSONL or gzip (repeatable)"
     )
     diff.add_argument("--config", "-c", help="gateway configuration whose providers and PII detectors both bundles are checked against")
-    diff.add_argument("--fail-on", choices=["widen", "any"], help="exit 1 when such a change is found: widen (access, limits, PII, tools, regions) or any")
+    diff.add_argument(
+        "--fail-on",
+        choices=["widen", "any"],
+        help="exit 1 when such a change is found: widen (access, providers, regions, limits, PII, integrity, tools) or any",
+    )
     diff.add_argument(
         "--allow-masked",
         action="store_true",

@@ -22,8 +22,9 @@
 #   ALLOW_WIDENING      true: the diff reports widenings without failing (a widening
 #                       reviewers approved)
 #   ALLOW_MASKED        true: the diff accepts decisions it cannot replay as they
-#                       happened (the decision log masks what the policy reads, e.g.
-#                       the user); otherwise those fail the gate as "uncompared"
+#                       happened (the gateway's decision_logs.mask erases something
+#                       under /input, e.g. the user); otherwise they fail the gate as
+#                       "uncompared"
 #   REQUIRE_DIFF        true: a skipped diff fails the run (set it once a live revision
 #                       and a decision log are always given)
 #   REQUIRE_SIGNATURE   true: an unsigned build fails the run (no SIGNING_KEY)
