@@ -59,6 +59,29 @@ Change = tuple[str, str]
 
 
 @dataclass(frozen=True)
+class Definitions:
+    """The rules a plan names or implies but does not hold (data.portcullis.integrity's
+    tool_rules and injection_rules), by what each does: one bundle's, computed once, so
+    a rule whose pattern or weight changed under the same id is a change."""
+
+    tool_rules: Mapping[str, str] = field(default_factory=dict)  # id -> fingerprint
+    injection_rules: frozenset[str] = frozenset()  # "id (fingerprint)"
+
+    @classmethod
+    def of(cls, integrity: Mapping[str, Any] | None) -> Definitions:
+        integrity = integrity or {}
+        tool_rules = [rule for rule in integrity.get("tool_rules") or () if isinstance(rule, Mapping)]
+        injection_rules = [rule for rule in integrity.get("injection_rules") or () if isinstance(rule, Mapping)]
+        return cls(
+            tool_rules={rule.get("id"): _fingerprint(rule) for rule in tool_rules},
+            injection_rules=frozenset(f"{rule.get('id')} ({_fingerprint(rule)})" for rule in injection_rules),
+        )
+
+
+NO_DEFINITIONS = Definitions()
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What one bundle's plan for one request enforces."""
 
@@ -66,7 +89,7 @@ class Outcome:
     reason: str
     model: str | None = None
     targets: tuple[str, ...] = ()  # provider/model@region, in the plan's order
-    providers: frozenset[str] = frozenset()  # with " (internal)" for targets marked internal
+    providers: frozenset[str] = frozenset()  # and each target marked internal, as "<target> (internal)"
     regions: frozenset[str] = frozenset()
     limits: Mapping[str, tuple[int, bool]] = field(default_factory=dict)  # "scope metric/period" -> (block limit, hard)
     pii: Mapping[str, Any] | None = None
@@ -81,10 +104,8 @@ class Outcome:
         return {"allow": True, "model": self.model, "targets": list(self.targets)}
 
 
-def outcome(plan: DecisionPlan, tool_rules: Sequence[Mapping[str, Any]] = (), injection_rules: Sequence[Mapping[str, Any]] = ()) -> Outcome:
-    """``tool_rules``, ``injection_rules``: the bundle's definitions (data.portcullis.integrity),
-    which the plan names or implies but does not hold, so a rule whose pattern or weight
-    changed under the same id is a change."""
+def outcome(plan: DecisionPlan, definitions: Definitions = NO_DEFINITIONS) -> Outcome:
+    """``definitions``: those of the bundle that made the plan."""
     pii = None
     if plan.pii is not None:
         policy = plan.pii
@@ -109,21 +130,18 @@ def outcome(plan: DecisionPlan, tool_rules: Sequence[Mapping[str, Any]] = (), in
             "allowed_hosts": frozenset(" or ".join(hosts) for hosts in policy.allowed_hosts),
             "canaries": frozenset(policy.prompt.canaries) if policy.prompt is not None else frozenset(),
             "prompt": _fingerprint({"version": policy.prompt.version, "text": policy.prompt.text}) if policy.prompt is not None else None,
-            # the scanner's rules matter only where it scans
-            "injection_rules": frozenset(f"{rule.get('id')} ({_fingerprint(rule)})" for rule in injection_rules if isinstance(rule, Mapping))
-            if policy.scan_surfaces
-            else frozenset(),
+            "injection_rules": definitions.injection_rules if policy.scan_surfaces else frozenset(),  # they matter only where it scans
         }
-        definitions = {rule.get("id"): _fingerprint(rule) for rule in tool_rules if isinstance(rule, Mapping)}
         tools = {f"allow only {' or '.join(patterns)}" for patterns in policy.tools_allow}
-        tools |= {f"deny rule {rule} ({definitions.get(rule, '?')})" for rule in policy.tools_deny}
+        tools |= {f"deny rule {rule} ({definitions.tool_rules.get(rule, '?')})" for rule in policy.tools_deny}
         tools |= {"declared tools only"} if policy.declared_only else set()
+    targets = tuple(f"{t.provider}/{t.model}@{t.region}" for t in plan.targets)
     return Outcome(
         allow=plan.allow,
         reason=str(plan.reasons[0].get("code")) if plan.reasons else "",
         model=plan.model,
-        targets=tuple(f"{t.provider}/{t.model}@{t.region}" for t in plan.targets),
-        providers=frozenset(t.provider for t in plan.targets) | {f"{t.provider}/{t.model}@{t.region} (internal)" for t in plan.targets if t.internal},
+        targets=targets,
+        providers=frozenset(t.provider for t in plan.targets) | {f"{shown} (internal)" for shown, t in zip(targets, plan.targets, strict=True) if t.internal},
         regions=frozenset(region for t in plan.targets for region in t.regions or (t.region,)),
         limits={f"{c.scope} {c.metric}/{c.period}": (c.block, c.hard) for c in plan.limits.counters if c.block is not None},
         pii=pii,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from portcullis.engine.activation import ActiveBundle
-from portcullis.engine.decision_changes import KIND, KINDS, Outcome, changes, outcome
+from portcullis.engine.decision_changes import KIND, KINDS, Definitions, Outcome, changes, outcome
 from portcullis.engine.decision_log import DECISION_PATH
 from portcullis.engine.errors import printable
 from portcullis.engine.plan import DecisionPlan
@@ -102,7 +102,7 @@ class Replay:
 
     def __init__(self, old: ActiveBundle, new: ActiveBundle, examples: int = 3) -> None:
         self._bundles = (old, new)
-        self._rules = tuple(_rules(bundle) for bundle in self._bundles)
+        self._definitions = tuple(Definitions.of((bundle.bundle.data.get("portcullis") or {}).get("integrity")) for bundle in self._bundles)
         self.diff = Diff({"revision": old.revision, "digest": old.digest}, {"revision": new.revision, "digest": new.digest}, examples)
 
     def add_all(self, events: Iterable[Mapping[str, Any]]) -> Diff:
@@ -124,7 +124,7 @@ class Replay:
         erased = [pointer for pointer in event.get("erased") or [] if isinstance(pointer, str)] if isinstance(event.get("erased"), list) else []
         if any(pointer.startswith("/input") for pointer in erased):
             diff.masked += 1
-        old, new = (_decided(bundle, document, rules) for bundle, rules in zip(self._bundles, self._rules, strict=True))
+        old, new = (_decided(bundle, document, definitions) for bundle, definitions in zip(self._bundles, self._definitions, strict=True))
         if not any(pointer.startswith("/result") for pointer in erased):
             self._check_fidelity(event, document, old)
         found = changes(old, new)
@@ -157,19 +157,13 @@ class Replay:
         principal = document.get("principal") or {}
         try:
             plan = DecisionPlan.from_policy(result, {"user": principal.get("user"), "key_id": principal.get("key_id")})
-            recorded = outcome(plan, *self._rules[0])
+            recorded = outcome(plan, self._definitions[0])
         except (KeyError, TypeError, ValueError, AttributeError):  # not a plan this engine reads
             return
         if changes(recorded, replayed):
             self.diff.diverged += 1
         else:
             self.diff.reproduced += 1
-
-
-def _rules(bundle: ActiveBundle) -> tuple[tuple[Mapping[str, Any], ...], tuple[Mapping[str, Any], ...]]:
-    """The tool-call and injection rules' definitions, which plans name but do not hold."""
-    integrity = (bundle.bundle.data.get("portcullis") or {}).get("integrity") or {}
-    return tuple(integrity.get("tool_rules") or ()), tuple(integrity.get("injection_rules") or ())
 
 
 def _decidable(document: Any) -> bool:
@@ -181,10 +175,10 @@ def _decidable(document: Any) -> bool:
     return all(isinstance(principal.get(name), str | None) for name in ("team", "user", "key_id"))
 
 
-def _decided(bundle: ActiveBundle, document: Mapping[str, Any], rules: tuple[tuple[Mapping[str, Any], ...], ...]) -> Outcome | str:
+def _decided(bundle: ActiveBundle, document: Mapping[str, Any], definitions: Definitions) -> Outcome | str:
     """The bundle's outcome, or why it could not decide (the gateway refuses then)."""
     try:
-        return outcome(bundle.decide(document), *rules)
+        return outcome(bundle.decide(document), definitions)
     except PolicyError as error:
         return f"policy error: {error}"
 

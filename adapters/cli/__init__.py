@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from portcullis.adapters.cli import audit, capture, policy, serve, store
-from portcullis.adapters.cli.common import Failure
+from portcullis.adapters.cli.common import Failure, reader_left
 from portcullis.adapters.config import ConfigError
 
 COMMAND_GROUPS = (serve, store, policy, audit, capture)
@@ -35,8 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # the reader (`| head`) left: say nothing more, and no traceback at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:
+        reader_left()
         return 141  # as a shell reports a command SIGPIPE ended
 
 

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,22 @@ IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")  # schemas/bundle-
 
 class Failure(Exception):
     """A command failed for a reason the user can act on."""
+
+
+def reader_left() -> None:
+    """The reader of stdout (`| head`) went away: nothing more is written, and Python's
+    own flush at exit finds nowhere to fail (so no traceback)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def emit(text: str) -> None:
+    """A command's report, for a command whose exit status must survive its reader
+    leaving early (a CI gate piped to `head`)."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_left()
 
 
 def with_config(command: argparse.ArgumentParser) -> None:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
-import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from portcullis.adapters.cli.common import Failure
+from portcullis.adapters.cli.common import Failure, emit
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -72,11 +70,7 @@ def _policy_diff(args: argparse.Namespace) -> int:
         text = json.dumps({**diff.as_json(), "fail_on": args.fail_on, "caught": caught}, indent=2)
     else:
         text = render(diff.as_json(), args.fail_on, caught)
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader (`| head`) left: not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    emit(text)
     return 1 if caught else 0
 
 

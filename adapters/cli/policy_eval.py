@@ -14,13 +14,11 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from portcullis.adapters.cli.common import Failure, config_path
+from portcullis.adapters.cli.common import Failure, config_path, emit
 from portcullis.adapters.protocols.registry import PATH_ACTIONS, ROUTE_NAMES
 
 
@@ -53,11 +51,7 @@ def _policy_eval(args: argparse.Namespace) -> int:
         raise Failure(f"{args.facts}: the facts must be a JSON object")
     report = _from_request(args, config, bundle, facts) if args.request is not None else _from_input(args, bundle, facts)
     text = json.dumps(report, indent=2, ensure_ascii=False, default=str) if args.format == "json" else render(report)
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader (`| head`) left: not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    emit(text)
     return 0
 
 
